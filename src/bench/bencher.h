@@ -1,0 +1,53 @@
+// Timing one variant of a kernel file at one problem: correctness at that problem first, then
+// cold-L2 samples on the device until the median is known (or the time cap), then throughput
+// against the device's measured ceilings.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/statistics.h"
+#include "check/checker.h"
+#include "device/ceilings.h"
+#include "run/protocol.h"
+
+namespace kforge {
+
+struct BenchOptions {
+  Sizes sizes;
+  DType dtype = DType::bf16;
+  ParamValues params;
+  std::string arch;
+  BenchSettings settings;
+  uint64_t seed = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
+struct BenchResult {
+  Verdict verdict = Verdict::ok;  // of the correctness gate; no timing unless ok
+  std::string detail;
+  CompileResult build;
+  Sizes sizes;
+  DType dtype = DType::bf16;
+  uint64_t seed = 0;
+  SampleStats stats;  // milliseconds
+  size_t throttled_samples = 0;
+  bool clock_monitored = false;
+  int sm_clock_mhz = 0;
+  std::string stop_reason;
+  Cost cost;
+  double gbps = 0;
+  double tflops = 0;
+  double pct_of_copy = NAN;    // achieved bytes/s over the measured copy ceiling
+  double pct_of_matmul = NAN;  // achieved FLOP/s over the measured matmul ceiling
+
+  nlohmann::json to_json(const OpSpec& op) const;
+};
+
+BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFile& file,
+                         const OpSpec& op, const BenchOptions& options, const Ceilings& ceilings);
+
+}  // namespace kforge

@@ -1,0 +1,48 @@
+// Summary statistics of timing samples, the stopping rule that decides when enough samples were
+// taken, and the comparison of two results from their spreads (never from two medians alone).
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace kforge {
+
+struct SampleStats {
+  size_t count = 0;
+  double median = 0;
+  double mean = 0;
+  double min = 0;
+  double max = 0;
+  double p10 = 0;
+  double p90 = 0;
+  // Robust relative noise: 1.4826 * MAD / median (equals stddev/mean for normal samples).
+  double rel_noise = 0;
+  // Relative standard error of the median: 1.2533 * rel_noise / sqrt(count).
+  double rel_stderr = 0;
+};
+
+SampleStats summarize(std::span<const double> samples);
+
+struct StoppingRule {
+  size_t min_samples = 20;
+  size_t max_samples = 5000;
+  double min_seconds = 0.05;  // keep sampling at least this long
+  double max_seconds = 3.0;   // wall-clock cap
+  double target_rel_stderr = 0.002;  // stop once the median is known to 0.2%
+
+  // Returns true with `reason` set once sampling should stop.
+  bool should_stop(std::span<const double> samples, double elapsed_seconds,
+                   std::string* reason) const;
+};
+
+enum class Comparison { same, faster, slower, unclear };
+std::string_view comparison_name(Comparison c);
+
+// Is `candidate` faster than `baseline` (both in time units)? SAME when the medians differ by
+// less than their combined uncertainty and that uncertainty is small; UNCLEAR when the
+// uncertainty is too large to tell.
+Comparison compare_timings(const SampleStats& baseline, const SampleStats& candidate,
+                           double same_threshold = 0.01);
+
+}  // namespace kforge

@@ -1,0 +1,393 @@
+#include "check/checker.h"
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace kforge {
+namespace {
+
+const std::vector<std::string> kStageNames = {"smoke", "shape_sweep", "stability", "determinism",
+                                              "edge_cases"};
+
+// Stability inputs are extreme by design; the reference is exact, the kernel rounds in its
+// dtype, so those cases get ten times the usual tolerance.
+constexpr double kStabilityToleranceScale = 10.0;
+
+std::string describe_case(const OpSpec& op, const std::string& label, const Sizes& sizes,
+                          DType dtype, InputKind kind) {
+  std::string s = fmt::format("{} {} {}", label, op.format_shape(sizes), dtype_name(dtype));
+  if (kind != InputKind::normal) s += fmt::format(" {}", input_kind_name(kind));
+  return s;
+}
+
+// Returns the first requirement that is false, or "" if all hold. Requirements that name
+// something not bound (a problem size, when no problem is given) are left for later.
+std::string first_violation(const KernelFile& file, const Bindings& bindings) {
+  for (const auto& req : file.requirements) {
+    bool bound = true;
+    for (const auto& v : req.expression.variables()) bound = bound && bindings.contains(v);
+    if (!bound) continue;
+    if (req.expression.evaluate(bindings) == 0) {
+      return fmt::format("require '{}' (line {}) does not hold", req.expression.text(), req.line);
+    }
+  }
+  if (file.shared_bytes) {
+    const long long bytes = file.shared_bytes->evaluate(bindings);
+    const long long limit = bindings.at("max_shared_per_block");
+    if (bytes > limit) {
+      return fmt::format("shared_bytes {} exceeds the device's {} bytes per block", bytes, limit);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+uint64_t fresh_seed() {
+  std::random_device rd;
+  const auto now = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return ((uint64_t{rd()} << 32) ^ rd() ^ now) & 0x7fffffffffffffffull;
+}
+
+uint64_t derive_seed(uint64_t base, std::string_view purpose, uint64_t index) {
+  const std::string h = Hasher().add(std::to_string(base)).add(purpose).add(std::to_string(index)).hex();
+  return std::stoull(h.substr(0, 15), nullptr, 16);
+}
+
+std::chrono::milliseconds default_timeout(const OpSpec& op, const Sizes& sizes, DType dtype) {
+  // Generous: 20 s plus 1 s per 50 MB the problem moves (a slow CPU kernel at 50 MB/s).
+  const double bytes = op.cost(sizes, dtype).bytes;
+  return std::chrono::milliseconds(20000 + static_cast<long long>(bytes / 50e3));
+}
+
+CompileResult Checker::build(const KernelFile& file, const ParamValues& params, DType dtype,
+                             const std::string& arch, const Sizes* sizes, Verdict* verdict) {
+  Bindings bindings = worker_.device().limits();
+  bindings["elem_bytes"] = static_cast<long long>(dtype_size(dtype));
+  if (sizes) {
+    for (const auto& [name, value] : *sizes) bindings[name] = value;
+  }
+  const ParamValues all = file.with_derived(params, bindings);
+  for (const auto& [name, value] : all) bindings[name] = value;
+  Variant variant = Variant::make(file, all, dtype, arch);
+  if (const std::string why = first_violation(file, bindings); !why.empty()) {
+    *verdict = Verdict::rejected;
+    CompileResult r;
+    r.variant = std::move(variant);
+    r.log = why;
+    return r;
+  }
+  CompileResult r = compiler_.compile(file, variant);
+  *verdict = r.ok ? Verdict::ok : Verdict::compile_error;
+  return r;
+}
+
+CaseResult Checker::run_case(const OpSpec& op, const CompileResult& build,
+                             const std::string& stage, const std::string& label,
+                             const Sizes& sizes, InputKind kind, uint64_t seed,
+                             double tolerance_scale, std::chrono::milliseconds timeout) {
+  const DType dtype = build.variant.dtype;
+  CaseResult result{stage, label, sizes, dtype, kind, seed};
+  CaseTensors tensors(op, sizes, dtype);
+  tensors.generate_inputs(kind, seed);
+  tensors.poison_outputs();
+  std::vector<double> scalars;
+  for (const auto& s : op.scalars()) scalars.push_back(s.value);
+
+  const WorkerReply reply = worker_.request(tensors.request("run", build.module, scalars), timeout);
+  if (!reply.ok()) {
+    result.verdict = reply.verdict;
+    result.detail = reply.detail;
+    return result;
+  }
+  for (const auto& g : reply.body.at("guard_violations")) {
+    result.verdict = Verdict::wrong;
+    result.detail = fmt::format("wrote outside tensor '{}' ({} byte {})", g.at("tensor").get<std::string>(),
+                                g.at("where").get<std::string>(), g.at("byte_offset").get<long long>());
+    return result;
+  }
+  if (!reply.body.at("inputs_modified").empty()) {
+    result.verdict = Verdict::wrong;
+    result.detail = fmt::format("modified its input(s) {}", reply.body.at("inputs_modified").dump());
+    return result;
+  }
+
+  const auto inputs = tensors.inputs_as_double();
+  std::vector<std::vector<double>> expected;
+  for (const auto& t : tensors.outputs()) expected.emplace_back(static_cast<size_t>(t.numel()));
+  op.reference(sizes, inputs, scalars, expected);
+  Tolerance tol = op.tolerance(dtype);
+  tol.atol *= tolerance_scale;
+  tol.rtol *= tolerance_scale;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CompareResult c = compare_output(tensors.outputs()[i], expected[i], tol);
+    if (i == 0 || !c.pass) result.compare = std::move(c);
+    if (!result.compare.pass) break;
+  }
+  if (!result.compare.pass) {
+    result.verdict = Verdict::wrong;
+    result.detail = result.compare.summary();
+  }
+  return result;
+}
+
+bool Checker::check_determinism(const OpSpec& op, const CompileResult& build,
+                                const SizeCase& size, uint64_t seed, const CheckOptions& options,
+                                const std::function<bool(CaseResult)>& record) {
+  const DType dtype = build.variant.dtype;
+  CaseResult result{"determinism", size.label + " x4", size.sizes, dtype, InputKind::normal, seed};
+  CaseTensors tensors(op, size.sizes, dtype);
+  if (options.max_elements > 0 &&
+      static_cast<int64_t>(tensors.largest_tensor_elements()) > options.max_elements) {
+    result.skipped = true;
+    return record(std::move(result));
+  }
+  tensors.generate_inputs(InputKind::normal, seed);
+  std::vector<double> scalars;
+  for (const auto& s : op.scalars()) scalars.push_back(s.value);
+  const auto timeout =
+      options.timeout.count() > 0 ? options.timeout : default_timeout(op, size.sizes, dtype);
+
+  constexpr int kRuns = 4;  // runs 1-3 in one worker, run 4 in a fresh one
+  std::vector<std::vector<std::byte>> outputs;
+  for (int run = 0; run < kRuns; ++run) {
+    if (run == kRuns - 1) worker_.restart();
+    tensors.poison_outputs();
+    const WorkerReply reply = worker_.request(tensors.request("run", build.module, scalars), timeout);
+    if (!reply.ok()) {
+      result.verdict = reply.verdict;
+      result.detail = fmt::format("run {}: {}", run + 1, reply.detail);
+      return record(std::move(result));
+    }
+    std::vector<std::byte> bytes;
+    for (const auto& t : tensors.outputs()) bytes.insert(bytes.end(), t.data, t.data + t.bytes());
+    outputs.push_back(std::move(bytes));
+  }
+  const size_t elem = dtype_size(dtype);
+  for (int run = 1; run < kRuns; ++run) {
+    if (outputs[run] == outputs[0]) continue;
+    size_t first = 0;
+    while (std::memcmp(outputs[run].data() + first * elem, outputs[0].data() + first * elem, elem) == 0) {
+      ++first;
+    }
+    const HostTensor& t = tensors.outputs().front();
+    result.verdict = Verdict::wrong;
+    result.detail = fmt::format(
+        "not deterministic: run {} ({}) differs from run 1 bitwise, first at element {} "
+        "({:.9g} vs {:.9g})",
+        run + 1, run == kRuns - 1 ? "a second worker process" : "same process", first,
+        load_element(outputs[run].data(), t.dtype, first), load_element(outputs[0].data(), t.dtype, first));
+    return record(std::move(result));
+  }
+  return record(std::move(result));
+}
+
+CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
+                           const ProgressFn& progress) {
+  const OpSpec* op = find_op(file.op);
+  if (!op) {
+    throw UsageError(fmt::format("{}: op '{}' is not known (known ops: {})", file.path.string(),
+                                 file.op, op_names()));
+  }
+  const auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  CheckReport report;
+  report.file = file.path.string();
+  report.op = file.op;
+  report.seed = options.seed ? options.seed : fresh_seed();
+
+  std::vector<DType> dtypes = options.dtypes;
+  if (dtypes.empty()) {
+    for (const DType d : op->dtypes()) {
+      if (file.supports(d)) dtypes.push_back(d);
+    }
+  }
+  for (const DType d : dtypes) {
+    if (!file.supports(d) || !op->supports(d)) {
+      throw UsageError(fmt::format("{} does not support dtype {}", file.path.string(), dtype_name(d)));
+    }
+  }
+
+  // Build every dtype up front, in parallel.
+  const ParamValues params = file.resolve_params(options.params);
+  const std::string arch = options.arch.empty() ? worker_.device().default_arch() : options.arch;
+  std::vector<CompileResult> builds(dtypes.size());
+  {
+    std::vector<Verdict> verdicts(dtypes.size());
+    std::vector<std::jthread> jobs;
+    std::vector<std::exception_ptr> errors(dtypes.size());
+    for (size_t i = 0; i < dtypes.size(); ++i) {
+      jobs.emplace_back([&, i] {
+        try {
+          builds[i] = build(file, params, dtypes[i], arch, nullptr, &verdicts[i]);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    jobs.clear();
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    for (size_t i = 0; i < dtypes.size(); ++i) {
+      say(fmt::format("[build] {} {}: {}{}", builds[i].variant.describe(),
+                      verdict_name(verdicts[i]),
+                      verdicts[i] == Verdict::ok ? builds[i].resources.summary() : "",
+                      builds[i].from_cache ? " (cached)" : ""));
+      if (verdicts[i] != Verdict::ok) {
+        report.verdict = verdicts[i];
+        report.detail = fmt::format("{}: {}", builds[i].variant.describe(), builds[i].log);
+      }
+    }
+  }
+  report.builds = builds;
+  if (!report.passed()) return report;
+
+  const auto selected = [&](const std::string& stage) {
+    return options.stages.empty() ||
+           std::find(options.stages.begin(), options.stages.end(), stage) != options.stages.end();
+  };
+  const auto tests = op->test_sizes();
+  uint64_t case_index = 0;
+
+  for (const auto& stage_name : kStageNames) {
+    StageReport stage{stage_name};
+    if (!selected(stage_name) || !report.passed()) {
+      report.stages.push_back(stage);
+      continue;
+    }
+    stage.ran = true;
+    const auto record = [&](CaseResult r) {
+      ++stage.cases;
+      if (r.skipped) ++stage.skipped;
+      stage.worst_abs_error = std::max(stage.worst_abs_error, r.compare.max_abs_error);
+      stage.worst_rel_error = std::max(stage.worst_rel_error, r.compare.max_rel_error);
+      say(fmt::format("[{}] {}: {}{}", stage_name, describe_case(*op, r.label, r.sizes, r.dtype, r.kind),
+                      r.skipped ? "SKIPPED" : verdict_name(r.verdict),
+                      r.skipped || r.verdict == Verdict::ok ? "" : " - " + r.detail));
+      if (!r.skipped && r.verdict != Verdict::ok && stage.passed) {
+        stage.passed = false;
+        report.verdict = r.verdict;
+        report.detail = fmt::format("{} / {}: {}", stage_name,
+                                    describe_case(*op, r.label, r.sizes, r.dtype, r.kind), r.detail);
+      }
+      stage.results.push_back(std::move(r));
+      return stage.passed;
+    };
+    const auto run = [&](const CompileResult& b, const std::string& label, const Sizes& sizes,
+                         InputKind kind, double scale) {
+      const uint64_t seed = derive_seed(report.seed, stage_name, case_index++);
+      CaseTensors probe_size(*op, sizes, b.variant.dtype);
+      if (options.max_elements > 0 &&
+          static_cast<int64_t>(probe_size.largest_tensor_elements()) > options.max_elements) {
+        CaseResult skipped{stage_name, label, sizes, b.variant.dtype, kind, seed};
+        skipped.skipped = true;
+        skipped.detail = fmt::format("over --max-elements {}", options.max_elements);
+        return record(std::move(skipped));
+      }
+      const auto timeout = options.timeout.count() > 0 ? options.timeout
+                                                       : default_timeout(*op, sizes, b.variant.dtype);
+      return record(run_case(*op, b, stage_name, label, sizes, kind, seed, scale, timeout));
+    };
+
+    if (stage_name == "smoke") {
+      for (const auto& b : builds) {
+        if (!run(b, tests.front().label, tests.front().sizes, InputKind::normal, 1.0)) break;
+      }
+    } else if (stage_name == "shape_sweep") {
+      for (const auto& size : tests) {
+        bool ok = true;
+        for (const auto& b : builds) {
+          if (!(ok = run(b, size.label, size.sizes, InputKind::normal, 1.0))) break;
+        }
+        if (!ok) break;
+      }
+    } else if (stage_name == "stability") {
+      for (const InputKind kind : op->stability_kinds()) {
+        bool ok = true;
+        for (const auto& b : builds) {
+          if (!(ok = run(b, tests.front().label, tests.front().sizes, kind, kStabilityToleranceScale))) break;
+        }
+        if (!ok) break;
+      }
+    } else if (stage_name == "determinism") {
+      const SizeCase& size = tests[std::min<size_t>(2, tests.size() - 1)];
+      for (const auto& b : builds) {
+        if (!check_determinism(*op, b, size, derive_seed(report.seed, stage_name, case_index++),
+                               options, record)) {
+          break;
+        }
+      }
+    } else if (stage_name == "edge_cases") {
+      for (const auto& size : op->edge_sizes()) {
+        bool ok = true;
+        for (const auto& b : builds) {
+          if (!(ok = run(b, size.label, size.sizes, InputKind::normal, 1.0))) break;
+        }
+        if (!ok) break;
+      }
+    }
+    report.stages.push_back(std::move(stage));
+  }
+  return report;
+}
+
+}  // namespace kforge
+
+namespace kforge {
+
+nlohmann::json CheckReport::to_json(const OpSpec& op_spec) const {
+  nlohmann::json j;
+  j["file"] = file;
+  j["op"] = op;
+  j["seed"] = seed;
+  j["verdict"] = verdict_name(verdict);
+  j["detail"] = detail;
+  j["builds"] = nlohmann::json::array();
+  for (const auto& b : builds) {
+    j["builds"].push_back({{"variant", b.variant.describe()},
+                           {"key", b.variant.key()},
+                           {"ok", b.ok},
+                           {"from_cache", b.from_cache},
+                           {"compile_seconds", b.seconds},
+                           {"resources", b.resources.summary()},
+                           {"registers", b.resources.max_registers()},
+                           {"static_shared_bytes", b.resources.max_static_shared_bytes()},
+                           {"stack_frame_bytes", b.resources.max_stack_frame_bytes()},
+                           {"spills", b.resources.spills()}});
+  }
+  j["stages"] = nlohmann::json::array();
+  for (const auto& s : stages) {
+    nlohmann::json cases = nlohmann::json::array();
+    for (const auto& c : s.results) {
+      cases.push_back({{"label", c.label},
+                       {"shape", op_spec.format_shape(c.sizes)},
+                       {"dtype", dtype_name(c.dtype)},
+                       {"inputs", input_kind_name(c.kind)},
+                       {"seed", c.seed},
+                       {"verdict", c.skipped ? "SKIPPED" : verdict_name(c.verdict)},
+                       {"detail", c.detail},
+                       {"compare", c.compare.to_json()}});
+    }
+    j["stages"].push_back({{"name", s.name},
+                           {"ran", s.ran},
+                           {"passed", s.ran && s.passed},
+                           {"cases", s.cases},
+                           {"skipped", s.skipped},
+                           {"worst_abs_error", s.worst_abs_error},
+                           {"worst_rel_error", s.worst_rel_error},
+                           {"results", cases}});
+  }
+  return j;
+}
+
+}  // namespace kforge

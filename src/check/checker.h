@@ -1,0 +1,117 @@
+// The five-stage correctness check of a kernel file. A variant that fails a stage is never
+// timed as a result.
+//
+//   1. smoke          one small problem per dtype
+//   2. shape_sweep    the op's test sizes x dtypes
+//   3. stability      adversarial inputs (near max, near zero, mixed scales, zeros, equal, ...)
+//                     at 10x tolerance
+//   4. determinism    bitwise-equal outputs over repeated runs and from a second worker process
+//   5. edge_cases     the op's edge sizes (one row, one column, odd and prime widths) x dtypes
+//
+// Inputs are drawn fresh from a seed recorded in the report; outputs are NaN-poisoned before
+// every run; tensors carry guard bands, and inputs must come back unchanged.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "check/compare.h"
+#include "compile/compiler.h"
+#include "compile/kernel_file.h"
+#include "ops/op_spec.h"
+#include "run/case_tensors.h"
+#include "run/verdict.h"
+#include "run/worker_client.h"
+
+namespace kforge {
+
+struct CheckOptions {
+  uint64_t seed = 0;             // 0: draw one
+  std::vector<DType> dtypes;     // empty: every dtype both the file and the op support
+  ParamValues params;            // overrides of the file's defaults
+  std::string arch;              // empty: the device's default
+  int64_t max_elements = 0;      // skip problems with a larger tensor (0: no limit)
+  std::chrono::milliseconds timeout{0};  // per run; 0: scaled to the problem size
+  std::vector<std::string> stages;       // empty: all five
+};
+
+struct CaseResult {
+  std::string stage;
+  std::string label;
+  Sizes sizes;
+  DType dtype = DType::f32;
+  InputKind kind = InputKind::normal;
+  uint64_t seed = 0;
+  Verdict verdict = Verdict::ok;
+  std::string detail;
+  CompareResult compare;
+  bool skipped = false;
+};
+
+struct StageReport {
+  std::string name;
+  bool passed = true;
+  bool ran = false;
+  int cases = 0;
+  int skipped = 0;
+  double worst_abs_error = 0;
+  double worst_rel_error = 0;
+  std::vector<CaseResult> results;
+};
+
+struct CheckReport {
+  std::string file;
+  std::string op;
+  uint64_t seed = 0;
+  Verdict verdict = Verdict::ok;  // the first failure's verdict, or ok
+  std::string detail;             // the first failure, for people
+  std::vector<CompileResult> builds;
+  std::vector<StageReport> stages;
+  bool passed() const { return verdict == Verdict::ok; }
+  nlohmann::json to_json(const OpSpec& op) const;
+};
+
+// Progress lines ("[shape_sweep] large bf16 ... OK").
+using ProgressFn = std::function<void(const std::string&)>;
+
+class Checker {
+ public:
+  Checker(const Compiler& compiler, WorkerClient& worker) : compiler_(compiler), worker_(worker) {}
+
+  CheckReport check(const KernelFile& file, const CheckOptions& options,
+                    const ProgressFn& progress = {});
+
+  // Compiles `file` for one dtype after checking its requirements; a REJECTED or
+  // COMPILE_ERROR verdict comes back in the result's `ok == false` with the log.
+  CompileResult build(const KernelFile& file, const ParamValues& params, DType dtype,
+                      const std::string& arch, const Sizes* sizes, Verdict* verdict);
+
+  // Runs one problem and compares with the reference. Used by the stages and by `bench`.
+  CaseResult run_case(const OpSpec& op, const CompileResult& build, const std::string& stage,
+                      const std::string& label, const Sizes& sizes, InputKind kind,
+                      uint64_t seed, double tolerance_scale,
+                      std::chrono::milliseconds timeout);
+
+  // Runs one problem three times in the current worker and once in a fresh one; every output
+  // must be bitwise identical. `record` receives the case and returns whether it passed.
+  bool check_determinism(const OpSpec& op, const CompileResult& build, const SizeCase& size,
+                         uint64_t seed, const CheckOptions& options,
+                         const std::function<bool(CaseResult)>& record);
+
+ private:
+  const Compiler& compiler_;
+  WorkerClient& worker_;
+};
+
+// Per-run time limit scaled to the data a problem moves.
+std::chrono::milliseconds default_timeout(const OpSpec& op, const Sizes& sizes, DType dtype);
+// A seed nobody chose: from the clock and the OS.
+uint64_t fresh_seed();
+uint64_t derive_seed(uint64_t base, std::string_view purpose, uint64_t index);
+
+}  // namespace kforge

@@ -1,0 +1,360 @@
+// The kforge command line.
+//
+//   kforge devices                 GPUs (and the CPU backend) kforge can run on
+//   kforge ops                     the op specs kforge knows
+//   kforge ceilings                measured copy / matmul ceilings of a device (cached)
+//   kforge check FILE              five-stage correctness of one kernel file
+//   kforge bench FILE              timing at one problem, against the measured ceilings
+//
+// Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
+// 3 an internal error.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bench/bencher.h"
+#include "check/checker.h"
+#include "compile/compiler.h"
+#include "core/error.h"
+#include "core/run_info.h"
+#include "device/backend.h"
+#include "device/ceilings.h"
+#include "ops/op_spec.h"
+#include "run/protocol.h"
+#include "run/worker_client.h"
+
+namespace kforge {
+namespace {
+
+// Where people read progress: stderr, so that --json output on stdout stays clean.
+void progress_line(const std::string& line) { fmt::print(stderr, "{}\n", line); }
+
+struct DeviceFlags {
+  std::string backend = "auto";  // auto: what the kernel file needs, else cuda if present
+  int device = 0;
+};
+
+void add_device_flags(CLI::App* cmd, DeviceFlags& flags) {
+  cmd->add_option("--backend", flags.backend, "cuda, cpu or auto")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  cmd->add_option("--device", flags.device, "CUDA device index")->check(CLI::NonNegativeNumber);
+}
+
+std::string pick_backend(const DeviceFlags& flags, const KernelFile* file) {
+  std::string backend = flags.backend;
+  if (file) {
+    const std::string needed(backend_name(file->backend));
+    if (backend != "auto" && backend != needed) {
+      throw UsageError(fmt::format("{} is a {} kernel file; it cannot run on --backend {}",
+                                   file->path.string(), needed, backend));
+    }
+    backend = needed;
+  } else if (backend == "auto") {
+    backend = list_cuda_devices().empty() ? "cpu" : "cuda";
+  }
+  if (backend == "cuda") {
+    const auto devices = list_cuda_devices();
+    if (devices.empty()) {
+      throw UsageError(
+          "no CUDA device is visible on this machine; CUDA kernel files (.cu) need one. Use a "
+          "CPU kernel file (kernels/<op>/<op>_cpu.cpp) to run on the CPU backend");
+    }
+    if (flags.device >= static_cast<int>(devices.size())) {
+      throw UsageError(fmt::format("--device {}: only {} CUDA device(s) present", flags.device,
+                                   devices.size()));
+    }
+  }
+  return backend;
+}
+
+std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
+  std::vector<DType> out;
+  for (const auto& n : names) {
+    const auto d = parse_dtype(n);
+    if (!d) throw UsageError(fmt::format("dtype '{}' is not one of f16, bf16, f32", n));
+    out.push_back(*d);
+  }
+  return out;
+}
+
+ParamValues parse_params(const std::vector<std::string>& items) {
+  ParamValues out;
+  for (const auto& item : items) {
+    const auto [name, value] = parse_param_assignment(item);
+    out[name] = value;
+  }
+  return out;
+}
+
+std::string device_line(const DeviceInfo& d) {
+  if (d.backend == "cpu") {
+    return fmt::format("cpu: {} ({} cores, LLC {} MiB)", d.name, d.sm_count, d.l2_bytes >> 20);
+  }
+  return fmt::format("cuda:{} {} (cc {}.{}, {} SMs, {:.1f} GiB, L2 {} MiB, driver {}, runtime {})",
+                     d.index, d.name, d.cc_major, d.cc_minor, d.sm_count,
+                     static_cast<double>(d.total_memory) / (1 << 30), d.l2_bytes >> 20,
+                     d.driver_version, d.runtime_version);
+}
+
+void write_json(const nlohmann::json& j, const std::string& path) {
+  if (path.empty()) return;
+  if (path == "-") {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw Error(fmt::format("cannot write {}", path));
+}
+
+int cmd_devices(bool json) {
+  const auto cuda = list_cuda_devices();
+  const DeviceInfo cpu = cpu_device_info();
+  if (json) {
+    nlohmann::json j = {{"cuda", cuda}, {"cpu", cpu}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  if (cuda.empty()) fmt::print("no CUDA device visible\n");
+  for (const auto& d : cuda) fmt::print("{}\n", device_line(d));
+  fmt::print("{}\n", device_line(cpu));
+  return 0;
+}
+
+int cmd_ops() {
+  for (const OpSpec* op : all_ops()) {
+    std::vector<std::string> sig;
+    for (const auto& t : op->tensors()) {
+      sig.push_back(fmt::format("{}{}[{}]", t.is_output ? "-> " : "", t.name, fmt::join(t.dims, ",")));
+    }
+    std::vector<std::string_view> dtypes;
+    for (const DType d : op->dtypes()) dtypes.push_back(dtype_name(d));
+    fmt::print("{:<10} {}  ({})  dtypes {}  default {}\n", op->name(), fmt::join(sig, " "),
+               op->formula(), fmt::join(dtypes, ","), op->format_shape(op->default_size()));
+  }
+  return 0;
+}
+
+int cmd_ceilings(const DeviceFlags& flags, bool refresh, const std::string& json_path) {
+  WorkerClient worker({pick_backend(flags, nullptr), flags.device});
+  const Ceilings c = device_ceilings(worker, default_cache_dir(), refresh, progress_line);
+  fmt::print("{}\n", device_line(worker.device()));
+  fmt::print("copy    {:.0f} GB/s (bytes read + written, device-to-device)\n", c.copy_gbps);
+  if (c.matmul_tflops) {
+    fmt::print("matmul  {:.0f} TFLOP/s ({})\n", *c.matmul_tflops,
+               c.raw.at("ceilings").value("matmul_shape", ""));
+  } else {
+    fmt::print("matmul  n/a ({})\n", c.raw.at("ceilings").value("matmul_note", ""));
+  }
+  fmt::print("measured {}{}\n", c.measured_at, c.from_cache ? " (cached; --refresh to measure again)" : "");
+  write_json(c.raw, json_path);
+  return 0;
+}
+
+void print_check_report(const CheckReport& report) {
+  fmt::print("\n{:<12} {:>6} {:>8} {:>14} {:>14}\n", "stage", "cases", "result", "worst abs err",
+             "worst rel err");
+  for (const auto& s : report.stages) {
+    const std::string result = !s.ran ? "-" : s.passed ? "PASS" : "FAIL";
+    fmt::print("{:<12} {:>6} {:>8} {:>14.3g} {:>14.3g}{}\n", s.name, s.cases, result,
+               s.worst_abs_error, s.worst_rel_error,
+               s.skipped ? fmt::format("  ({} skipped)", s.skipped) : "");
+  }
+  fmt::print("\nverdict: {}  (seed {})\n", verdict_name(report.verdict), report.seed);
+  if (!report.passed()) fmt::print("  {}\n", report.detail);
+}
+
+struct CheckFlags {
+  std::string file;
+  std::vector<std::string> dtypes;
+  std::vector<std::string> params;
+  std::vector<std::string> stages;
+  uint64_t seed = 0;
+  std::string arch;
+  int64_t max_elements = 0;
+  double timeout_seconds = 0;
+  std::string json_path;
+};
+
+int cmd_check(const CheckFlags& flags, const DeviceFlags& device, const std::vector<std::string>& argv) {
+  const KernelFile file = KernelFile::load(flags.file);
+  const OpSpec* op = find_op(file.op);
+  if (!op) throw UsageError(fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
+  WorkerClient worker({pick_backend(device, &file), device.device});
+  Compiler compiler;
+  Checker checker(compiler, worker);
+  CheckOptions options;
+  options.seed = flags.seed;
+  options.dtypes = parse_dtypes(flags.dtypes);
+  options.params = parse_params(flags.params);
+  options.arch = flags.arch;
+  options.max_elements = flags.max_elements;
+  options.timeout = std::chrono::milliseconds(static_cast<long long>(flags.timeout_seconds * 1000));
+  options.stages = flags.stages;
+  progress_line(fmt::format("kforge check {} ({}) on {}", flags.file, file.op, device_line(worker.device())));
+  const CheckReport report = checker.check(file, options, progress_line);
+  print_check_report(report);
+  nlohmann::json j = report.to_json(*op);
+  j["device"] = worker.device();
+  j["run"] = run_metadata(argv);
+  write_json(j, flags.json_path);
+  return report.passed() ? 0 : 1;
+}
+
+struct BenchFlags {
+  std::string file;
+  std::string shape;
+  std::string dtype = "bf16";
+  std::vector<std::string> params;
+  uint64_t seed = 0;
+  std::string arch;
+  double max_seconds = 3.0;
+  double target_stderr = 0.002;
+  bool warm_cache = false;
+  std::string json_path;
+};
+
+int cmd_bench(const BenchFlags& flags, const DeviceFlags& device, const std::vector<std::string>& argv) {
+  const KernelFile file = KernelFile::load(flags.file);
+  const OpSpec* op = find_op(file.op);
+  if (!op) throw UsageError(fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
+  WorkerClient worker({pick_backend(device, &file), device.device});
+  Compiler compiler;
+  Checker checker(compiler, worker);
+  BenchOptions options;
+  options.sizes = flags.shape.empty() ? op->default_size() : op->parse_shape(flags.shape);
+  options.dtype = parse_dtypes({flags.dtype}).front();
+  options.params = parse_params(flags.params);
+  options.arch = flags.arch;
+  options.seed = flags.seed;
+  options.settings.max_seconds = flags.max_seconds;
+  options.settings.target_rel_stderr = flags.target_stderr;
+  options.settings.cold_cache = !flags.warm_cache;
+  const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
+  progress_line(fmt::format("kforge bench {} {} {} {}", flags.file, op->name(),
+                            op->format_shape(options.sizes), dtype_name(options.dtype)));
+  const BenchResult r = bench_kernel(checker, worker, file, *op, options, ceilings);
+
+  const DeviceInfo& d = worker.device();
+  fmt::print("\n{:<9} {} {} {}  [{}]\n", "problem", op->name(), op->format_shape(r.sizes),
+             dtype_name(r.dtype), r.build.variant.params_text());
+  fmt::print("{:<9} {}\n", "device", device_line(d));
+  fmt::print("{:<9} {}\n", "build", r.build.resources.summary());
+  if (r.verdict != Verdict::ok) {
+    fmt::print("{:<9} {} - not timed: {}\n", "verdict", verdict_name(r.verdict), r.detail);
+  } else {
+    const double us = 1e3;
+    fmt::print("{:<9} {:.2f} us median  (p10 {:.2f}, p90 {:.2f}; noise {:.2f}%; {} samples, {}{})\n",
+               "time", r.stats.median * us, r.stats.p10 * us, r.stats.p90 * us,
+               100 * r.stats.rel_noise, r.stats.count, r.stop_reason,
+               r.throttled_samples ? fmt::format(", {} throttled samples discarded", r.throttled_samples) : "");
+    fmt::print("{:<9} {:.1f} GB/s = {:.1f}% of the measured copy ceiling ({:.0f} GB/s)\n", "memory",
+               r.gbps, r.pct_of_copy, ceilings.copy_gbps);
+    fmt::print("{:<9} {:.3f} TFLOP/s{}\n", "compute", r.tflops,
+               std::isnan(r.pct_of_matmul) ? std::string()
+                                           : fmt::format(" = {:.2f}% of the measured matmul ceiling", r.pct_of_matmul));
+    fmt::print("{:<9} {}{}, L2 {}\n", "method", d.backend == "cuda" ? "device events" : "steady clock",
+               r.clock_monitored ? fmt::format(", SM clock {} MHz (monitored)", r.sm_clock_mhz)
+                                 : ", clocks not monitored",
+               options.settings.cold_cache ? "flushed before every sample" : "warm");
+  }
+  nlohmann::json j = r.to_json(*op);
+  j["device"] = d;
+  j["ceilings"] = ceilings.raw.at("ceilings");
+  j["run"] = run_metadata(argv);
+  write_json(j, flags.json_path);
+  return r.verdict == Verdict::ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace kforge
+
+int main(int argc, char** argv) {
+  using namespace kforge;
+  const std::vector<std::string> args(argv, argv + argc);
+  CLI::App app{"kforge: profile, check, time and tune GPU kernels"};
+  app.require_subcommand(1);
+
+  bool devices_json = false;
+  auto* devices = app.add_subcommand("devices", "List the devices kforge can run on");
+  devices->add_flag("--json", devices_json, "Print JSON");
+
+  app.add_subcommand("ops", "List the op specs");
+
+  DeviceFlags device_flags;
+  bool refresh = false;
+  std::string ceilings_json;
+  auto* ceilings = app.add_subcommand("ceilings", "Measure (or show cached) device ceilings");
+  add_device_flags(ceilings, device_flags);
+  ceilings->add_flag("--refresh", refresh, "Measure again even if cached");
+  ceilings->add_option("--json", ceilings_json, "Write JSON to FILE ('-' for stdout)");
+
+  CheckFlags check_flags;
+  auto* check = app.add_subcommand("check", "Five-stage correctness check of a kernel file");
+  check->add_option("file", check_flags.file, "Kernel file (.cu or .cpp)")->required();
+  check->add_option("--dtype", check_flags.dtypes, "Only these dtypes (repeatable)");
+  check->add_option("--param", check_flags.params, "NAME=VALUE (repeatable)");
+  check->add_option("--stage", check_flags.stages, "Only these stages (repeatable)")
+      ->check(CLI::IsMember({"smoke", "shape_sweep", "stability", "determinism", "edge_cases"}));
+  check->add_option("--seed", check_flags.seed, "Input seed (default: fresh, recorded)");
+  check->add_option("--arch", check_flags.arch, "GPU architecture, e.g. sm_90a");
+  check->add_option("--max-elements", check_flags.max_elements,
+                    "Skip problems with a tensor larger than this");
+  check->add_option("--timeout", check_flags.timeout_seconds, "Per-run time limit in seconds");
+  check->add_option("--json", check_flags.json_path, "Write the report as JSON to FILE ('-' for stdout)");
+  add_device_flags(check, device_flags);
+
+  BenchFlags bench_flags;
+  auto* bench = app.add_subcommand("bench", "Time a kernel file at one problem");
+  bench->add_option("file", bench_flags.file, "Kernel file (.cu or .cpp)")->required();
+  bench->add_option("--shape", bench_flags.shape, "Problem sizes, e.g. 8192x8192 (default: the op's)");
+  bench->add_option("--dtype", bench_flags.dtype, "f16, bf16 or f32")->capture_default_str();
+  bench->add_option("--param", bench_flags.params, "NAME=VALUE (repeatable)");
+  bench->add_option("--seed", bench_flags.seed, "Input seed (default: fresh, recorded)");
+  bench->add_option("--arch", bench_flags.arch, "GPU architecture, e.g. sm_90a");
+  bench->add_option("--max-time", bench_flags.max_seconds, "Sampling time cap in seconds")
+      ->capture_default_str();
+  bench->add_option("--target-stderr", bench_flags.target_stderr,
+                    "Stop once the median's relative standard error is below this")
+      ->capture_default_str();
+  bench->add_flag("--warm-cache", bench_flags.warm_cache, "Do not flush the cache between samples");
+  bench->add_option("--json", bench_flags.json_path, "Write the result as JSON to FILE ('-' for stdout)");
+  add_device_flags(bench, device_flags);
+
+  std::string worker_backend;
+  int worker_device = 0;
+  auto* worker = app.add_subcommand("__worker", "Internal: runs candidate code for kforge");
+  worker->group("");  // hidden
+  worker->add_option("--backend", worker_backend)->required();
+  worker->add_option("--device", worker_device);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*worker) return run_worker(worker_backend, worker_device);
+    if (*devices) return cmd_devices(devices_json);
+    if (app.got_subcommand("ops")) return cmd_ops();
+    if (*ceilings) return cmd_ceilings(device_flags, refresh, ceilings_json);
+    if (*check) return cmd_check(check_flags, device_flags, args);
+    if (*bench) return cmd_bench(bench_flags, device_flags, args);
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "kforge: {}\n", e.what());
+    return 2;
+  } catch (const ParseError& e) {
+    fmt::print(stderr, "kforge: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "kforge: error: {}\n", e.what());
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,344 @@
+#include "compile/compiler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/process.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+namespace {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+}
+
+// "sm_90a" -> "arch=compute_90a,code=sm_90a"
+std::string gencode_for(const std::string& arch) {
+  static const std::regex pattern("sm_([0-9]+[a-z]?)");
+  std::smatch m;
+  if (!std::regex_match(arch, m, pattern)) {
+    throw UsageError(fmt::format("architecture '{}' is not of the form sm_90a / sm_80", arch));
+  }
+  return fmt::format("arch=compute_{0},code=sm_{0}", std::string(m[1]));
+}
+
+std::string elem_macro(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return "-DKF_ELEM_F16";
+    case DType::bf16: return "-DKF_ELEM_BF16";
+    case DType::f32: return "-DKF_ELEM_F32";
+    default: throw UsageError(fmt::format("kernels are not compiled for {}", dtype_name(dtype)));
+  }
+}
+
+std::string find_nvcc() {
+  if (const char* env = std::getenv("KFORGE_NVCC")) return env;
+  if (run_command({"sh", "-c", "command -v nvcc"}).ok()) return "nvcc";
+  return "/usr/local/cuda/bin/nvcc";
+}
+
+nlohmann::json resources_to_json(const ResourceReport& report) {
+  nlohmann::json functions = nlohmann::json::array();
+  for (const auto& f : report.functions) {
+    functions.push_back({{"function", f.function},
+                         {"registers", f.registers},
+                         {"static_shared_bytes", f.static_shared_bytes},
+                         {"stack_frame_bytes", f.stack_frame_bytes},
+                         {"spill_store_bytes", f.spill_store_bytes},
+                         {"spill_load_bytes", f.spill_load_bytes}});
+  }
+  return functions;
+}
+
+ResourceReport resources_from_json(const nlohmann::json& j) {
+  ResourceReport report;
+  for (const auto& f : j) {
+    report.functions.push_back({f.at("function"), f.at("registers"), f.at("static_shared_bytes"),
+                                f.at("stack_frame_bytes"), f.at("spill_store_bytes"),
+                                f.at("spill_load_bytes")});
+  }
+  return report;
+}
+
+std::string unique_suffix() {
+  static std::atomic<unsigned> counter{0};
+  std::random_device rd;
+  return fmt::format("{}-{}-{:08x}", getpid(), counter++, rd());
+}
+
+}  // namespace
+
+int ResourceReport::max_registers() const {
+  int m = 0;
+  for (const auto& f : functions) m = std::max(m, f.registers);
+  return m;
+}
+long long ResourceReport::max_static_shared_bytes() const {
+  long long m = 0;
+  for (const auto& f : functions) m = std::max(m, f.static_shared_bytes);
+  return m;
+}
+long long ResourceReport::max_stack_frame_bytes() const {
+  long long m = 0;
+  for (const auto& f : functions) m = std::max(m, f.stack_frame_bytes);
+  return m;
+}
+bool ResourceReport::spills() const {
+  return std::any_of(functions.begin(), functions.end(), [](const FunctionResources& f) {
+    return f.spill_store_bytes > 0 || f.spill_load_bytes > 0;
+  });
+}
+std::string ResourceReport::summary() const {
+  if (functions.empty()) return "n/a";
+  return fmt::format("regs {}, smem {} B, stack {} B, {}", max_registers(),
+                     max_static_shared_bytes(), max_stack_frame_bytes(),
+                     spills() ? "SPILLS" : "no spills");
+}
+
+ResourceReport parse_ptxas_report(const std::string& log) {
+  static const std::regex function_re(R"(Function properties for (\S+))");
+  static const std::regex frame_re(
+      R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
+  static const std::regex used_re(R"(Used (\d+) registers)");
+  static const std::regex smem_re(R"((\d+) bytes smem)");
+  ResourceReport report;
+  std::istringstream in(log);
+  std::string line;
+  FunctionResources* current = nullptr;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, function_re)) {
+      report.functions.push_back({});
+      current = &report.functions.back();
+      current->function = m[1];
+    } else if (current && std::regex_search(line, m, frame_re)) {
+      current->stack_frame_bytes = std::stoll(m[1]);
+      current->spill_store_bytes = std::stoll(m[2]);
+      current->spill_load_bytes = std::stoll(m[3]);
+    } else if (current && std::regex_search(line, m, used_re)) {
+      current->registers = std::stoi(m[1]);
+      if (std::regex_search(line, m, smem_re)) current->static_shared_bytes = std::stoll(m[1]);
+    }
+  }
+  return report;
+}
+
+fs::path default_cache_dir() {
+  if (const char* env = std::getenv("KFORGE_CACHE_DIR")) return env;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME")) return fs::path(xdg) / "kforge";
+  if (const char* home = std::getenv("HOME")) return fs::path(home) / ".cache" / "kforge";
+  return fs::temp_directory_path() / "kforge-cache";
+}
+
+fs::path default_include_dir() {
+  if (const char* env = std::getenv("KFORGE_INCLUDE_DIR")) return env;
+  // The binary lives in build/<preset>/; the headers in include/ at the source root.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (fs::path dir = exe.parent_path(); !dir.empty() && dir != dir.root_path();
+         dir = dir.parent_path()) {
+      if (fs::exists(dir / "include" / "kforge" / "kernel.h")) return dir / "include";
+    }
+  }
+  return KFORGE_SOURCE_DIR "/include";
+}
+
+Compiler::Compiler(CompilerOptions options) : options_(std::move(options)) {
+  if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
+  if (options_.include_dir.empty()) options_.include_dir = default_include_dir();
+  if (options_.nvcc.empty()) options_.nvcc = find_nvcc();
+  if (options_.cxx.empty()) {
+    const char* cxx = std::getenv("CXX");
+    options_.cxx = cxx ? cxx : "c++";
+  }
+}
+
+std::vector<std::string> Compiler::command_line(const KernelFile& file, const Variant& variant,
+                                                const fs::path& source,
+                                                const fs::path& output) const {
+  std::vector<std::string> cmd;
+  if (variant.backend == Backend::cuda) {
+    cmd = {options_.nvcc, "-std=c++20", "-O3", "-shared", "-Xcompiler", "-fPIC",
+           "-gencode=" + gencode_for(variant.arch), "-cudart", "shared", "-lineinfo",
+           "-Xptxas", "-v"};
+  } else {
+    cmd = {options_.cxx, "-std=c++20", "-O3", "-shared", "-fPIC", "-fvisibility=hidden",
+           "-Wall"};
+  }
+  cmd.push_back("-I" + options_.include_dir.string());
+  cmd.push_back("-I" + fs::absolute(file.path).parent_path().string());
+  cmd.push_back(elem_macro(variant.dtype));
+  for (const auto& [name, value] : variant.params) cmd.push_back(fmt::format("-D{}={}", name, value));
+  cmd.push_back(source.string());
+  cmd.push_back("-o");
+  cmd.push_back(output.string());
+  return cmd;
+}
+
+std::string Compiler::compiler_version(Backend backend) const {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> versions;
+  const std::string& tool = backend == Backend::cuda ? options_.nvcc : options_.cxx;
+  std::lock_guard lock(mutex);
+  auto it = versions.find(tool);
+  if (it == versions.end()) {
+    const CommandResult r = run_command({tool, "--version"}, std::chrono::seconds(60));
+    if (!r.ok()) throw Error(fmt::format("cannot run '{} --version': {}", tool, r.output));
+    it = versions.emplace(tool, r.output).first;
+  }
+  return it->second;
+}
+
+std::string Compiler::headers_fingerprint(const KernelFile& file) const {
+  // Every kforge header a kernel could include, plus headers it names with #include "..."
+  // beside itself. System headers are covered by the compiler's version.
+  std::vector<fs::path> headers;
+  if (fs::exists(options_.include_dir / "kforge")) {
+    for (const auto& entry : fs::recursive_directory_iterator(options_.include_dir / "kforge")) {
+      if (entry.is_regular_file()) headers.push_back(entry.path());
+    }
+  }
+  static const std::regex include_re(R"(#\s*include\s*\"([^\"]+)\")");
+  for (auto it = std::sregex_iterator(file.source.begin(), file.source.end(), include_re);
+       it != std::sregex_iterator(); ++it) {
+    const fs::path local = fs::absolute(file.path).parent_path() / (*it)[1].str();
+    if (fs::exists(local)) headers.push_back(local);
+  }
+  std::sort(headers.begin(), headers.end());
+  Hasher h;
+  for (const auto& p : headers) h.add(p.filename().string()).add(read_file(p));
+  return h.hex();
+}
+
+std::string Compiler::cache_key(const KernelFile& file, const Variant& variant) const {
+  Hasher h;
+  h.add("kforge-module-v1").add(file.source).add(headers_fingerprint(file));
+  for (const auto& arg : command_line(file, variant, "SOURCE", "OUTPUT")) h.add(arg);
+  h.add(compiler_version(variant.backend));
+  return h.hex();
+}
+
+CompileResult Compiler::compile(const KernelFile& file, const Variant& variant) const {
+  CompileResult result;
+  result.variant = variant;
+  const std::string key = cache_key(file, variant);
+  const fs::path entry = options_.cache_dir / "modules" / key;
+  const fs::path module = entry / "module.so";
+  if (fs::exists(entry / "resources.json") && fs::exists(module)) {
+    result.ok = true;
+    result.from_cache = true;
+    result.module = module;
+    result.log = read_file(entry / "build.log");
+    result.command = read_file(entry / "command.txt");
+    result.resources = resources_from_json(nlohmann::json::parse(read_file(entry / "resources.json")));
+    return result;
+  }
+
+  const fs::path staging = options_.cache_dir / "tmp" / (key + "." + unique_suffix());
+  fs::create_directories(staging);
+  const std::string ext = variant.backend == Backend::cuda ? ".cu" : ".cpp";
+  write_file(staging / ("source" + ext), file.source);
+  const auto cmd = command_line(file, variant, staging / ("source" + ext), staging / "module.so");
+  result.command = fmt::format("{}", fmt::join(cmd, " "));
+
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult run = run_command(cmd, std::chrono::minutes(5));
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.log = run.output;
+  if (!run.ok()) {
+    if (run.timed_out) result.log += "\n[kforge] compiler timed out after 5 minutes";
+    fs::remove_all(staging);
+    return result;
+  }
+  result.resources = parse_ptxas_report(run.output);
+
+  if (options_.keep_intermediates && variant.backend == Backend::cuda) {
+    auto ptx_cmd = cmd;
+    std::replace(ptx_cmd.begin(), ptx_cmd.end(), std::string("-shared"), std::string("-ptx"));
+    ptx_cmd.back() = (staging / "module.ptx").string();
+    run_command(ptx_cmd);
+    auto cubin_cmd = cmd;
+    std::replace(cubin_cmd.begin(), cubin_cmd.end(), std::string("-shared"), std::string("-cubin"));
+    cubin_cmd.back() = (staging / "module.cubin").string();
+    if (run_command(cubin_cmd).ok()) {
+      const fs::path cuobjdump = fs::path(options_.nvcc).parent_path() / "cuobjdump";
+      const auto sass = run_command({cuobjdump.empty() ? "cuobjdump" : cuobjdump.string(),
+                                     "--dump-sass", (staging / "module.cubin").string()});
+      write_file(staging / "module.sass", sass.output);
+    }
+  }
+
+  write_file(staging / "build.log", result.log);
+  write_file(staging / "command.txt", result.command);
+  write_file(staging / "variant.txt", variant.describe() + "\n" + variant.key() + "\n");
+  // resources.json is written last: its presence marks a complete entry.
+  write_file(staging / "resources.json", resources_to_json(result.resources).dump(2));
+  fs::create_directories(entry.parent_path());
+  std::error_code ec;
+  fs::rename(staging, entry, ec);
+  if (ec) {
+    // Another process finished the same entry first; it is identical, use it.
+    fs::remove_all(staging);
+    if (!fs::exists(entry / "resources.json")) {
+      throw Error(fmt::format("cannot store module in {}: {}", entry.string(), ec.message()));
+    }
+  }
+  result.ok = true;
+  result.module = module;
+  return result;
+}
+
+std::vector<CompileResult> Compiler::compile_all(const KernelFile& file,
+                                                 const std::vector<Variant>& variants,
+                                                 unsigned jobs) const {
+  if (jobs == 0) jobs = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<CompileResult> results(variants.size());
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  {
+    std::vector<std::jthread> workers;
+    for (unsigned t = 0; t < std::min<size_t>(jobs, variants.size()); ++t) {
+      workers.emplace_back([&] {
+        for (size_t i = next++; i < variants.size(); i = next++) {
+          try {
+            results[i] = compile(file, variants[i]);
+          } catch (...) {
+            std::lock_guard lock(error_mutex);
+            if (!error) error = std::current_exception();
+          }
+        }
+      });
+    }
+  }
+  if (error) std::rethrow_exception(error);
+  return results;
+}
+
+}  // namespace kforge

@@ -1,0 +1,85 @@
+// Kernel file + variant -> loadable shared module, through nvcc (CUDA) or the system C++
+// compiler (CPU). Modules are cached on disk under a hash of everything that went into them:
+// the source, the kforge headers it can include, the full command line and the compiler's
+// version. Entries are written to a temporary directory and renamed into place, so a crash
+// never leaves a half-written module that a later run would trust.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compile/kernel_file.h"
+#include "compile/variant.h"
+
+namespace kforge {
+
+// Per-kernel-function resources as reported by ptxas (-Xptxas -v).
+struct FunctionResources {
+  std::string function;
+  int registers = 0;
+  long long static_shared_bytes = 0;
+  long long stack_frame_bytes = 0;  // local memory per thread
+  long long spill_store_bytes = 0;
+  long long spill_load_bytes = 0;
+};
+
+struct ResourceReport {
+  std::vector<FunctionResources> functions;  // empty on the CPU backend
+  int max_registers() const;
+  long long max_static_shared_bytes() const;
+  long long max_stack_frame_bytes() const;
+  bool spills() const;
+  std::string summary() const;  // "regs 32, smem 128 B, stack 0 B, no spills" or "n/a (cpu)"
+};
+
+// Parses ptxas -v output.
+ResourceReport parse_ptxas_report(const std::string& log);
+
+struct CompileResult {
+  Variant variant;
+  bool ok = false;
+  std::filesystem::path module;  // the shared library, when ok
+  ResourceReport resources;
+  std::string log;               // compiler output (the error, when !ok)
+  std::string command;           // the command line, for people
+  bool from_cache = false;
+  double seconds = 0;            // compile time (0 for a cache hit)
+};
+
+struct CompilerOptions {
+  std::filesystem::path cache_dir;    // default: default_cache_dir()
+  std::filesystem::path include_dir;  // kforge's include/; default: found beside the binary
+  std::string nvcc = "";              // default: $KFORGE_NVCC, nvcc on PATH, /usr/local/cuda/bin/nvcc
+  std::string cxx = "";               // default: $CXX or c++
+  bool keep_intermediates = false;    // also keep PTX, cubin and SASS beside the module
+};
+
+std::filesystem::path default_cache_dir();
+std::filesystem::path default_include_dir();
+
+class Compiler {
+ public:
+  explicit Compiler(CompilerOptions options = {});
+
+  CompileResult compile(const KernelFile& file, const Variant& variant) const;
+  // Compiles many variants on `jobs` threads (0: one per CPU core); results keep input order.
+  std::vector<CompileResult> compile_all(const KernelFile& file,
+                                         const std::vector<Variant>& variants,
+                                         unsigned jobs = 0) const;
+  // The cache key a variant would be stored under (exposed for tests).
+  std::string cache_key(const KernelFile& file, const Variant& variant) const;
+  const CompilerOptions& options() const { return options_; }
+
+ private:
+  std::vector<std::string> command_line(const KernelFile& file, const Variant& variant,
+                                        const std::filesystem::path& source,
+                                        const std::filesystem::path& output) const;
+  std::string compiler_version(Backend backend) const;
+  std::string headers_fingerprint(const KernelFile& file) const;
+
+  CompilerOptions options_;
+};
+
+}  // namespace kforge

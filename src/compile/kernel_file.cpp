@@ -1,0 +1,270 @@
+#include "compile/kernel_file.h"
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace kforge {
+namespace {
+
+std::string trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return "";
+  const auto last = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(first, last - first + 1));
+}
+
+std::vector<std::string> split(std::string_view s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    const auto pos = s.find(sep, start);
+    parts.push_back(trim(s.substr(start, pos - start)));
+    if (pos == std::string_view::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+bool parse_integer(const std::string& text, long long* out) {
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, *out);
+  return ec == std::errc() && ptr == end && !text.empty();
+}
+
+bool is_upper_identifier(const std::string& s) {
+  static const std::regex pattern("[A-Z][A-Z0-9_]*");
+  return std::regex_match(s, pattern);
+}
+
+class HeaderParser {
+ public:
+  HeaderParser(KernelFile& file, std::string path) : file_(file), path_(std::move(path)) {}
+
+  void parse(const std::string& text) {
+    std::istringstream in(text);
+    std::string line;
+    int line_no = 0;
+    bool inside = false;
+    bool found = false;
+    while (std::getline(in, line)) {
+      ++line_no;
+      std::string body = trim(line);
+      if (!inside) {
+        if (body.rfind("/* kforge", 0) == 0) {
+          inside = true;
+          found = true;
+          header_line_ = line_no;
+          body = trim(body.substr(9));
+          if (body.empty()) continue;
+        } else {
+          continue;
+        }
+      }
+      const bool ends = body.find("*/") != std::string::npos;
+      if (ends) body = trim(body.substr(0, body.find("*/")));
+      if (!body.empty() && body[0] == '*') body = trim(body.substr(1));
+      if (!body.empty() && body[0] != '#') parse_line(body, line_no);
+      if (ends) {
+        inside = false;
+        break;
+      }
+    }
+    if (!found) fail(1, "no header block: a kernel file starts with a '/* kforge' comment");
+    if (inside) fail(header_line_, "header block is not closed with '*/'");
+    check_complete();
+  }
+
+ private:
+  [[noreturn]] void fail(int line, const std::string& what) const {
+    throw ParseError(path_, line, what);
+  }
+
+  void parse_line(const std::string& body, int line) {
+    const auto colon = body.find(':');
+    if (colon == std::string::npos) fail(line, fmt::format("expected 'key: value', got '{}'", body));
+    const std::string key = trim(body.substr(0, colon));
+    const std::string value = trim(body.substr(colon + 1));
+    if (value.empty()) fail(line, fmt::format("'{}' has no value", key));
+    if (key == "op") {
+      file_.op = value;
+      op_line_ = line;
+    } else if (key == "backend") {
+      if (value == "cuda") {
+        file_.backend = Backend::cuda;
+      } else if (value == "cpu") {
+        file_.backend = Backend::cpu;
+      } else {
+        fail(line, fmt::format("backend '{}' is not 'cuda' or 'cpu'", value));
+      }
+      backend_line_ = line;
+    } else if (key == "dtypes") {
+      for (const auto& name : split(value, ',')) {
+        const auto dtype = parse_dtype(name);
+        if (!dtype || !is_floating(*dtype) || *dtype == DType::f64) {
+          fail(line, fmt::format("dtype '{}' is not one of f16, bf16, f32", name));
+        }
+        file_.dtypes.push_back(*dtype);
+      }
+    } else if (key == "param") {
+      parse_param(value, line);
+    } else if (key == "derive") {
+      const auto eq = value.find('=');
+      if (eq == std::string::npos) fail(line, "derive: expected 'NAME = EXPRESSION'");
+      const std::string name = trim(value.substr(0, eq));
+      check_new_name(name, line);
+      file_.derived.push_back({name, make_expression(value.substr(eq + 1), line), line});
+    } else if (key == "require") {
+      file_.requirements.push_back({make_expression(value, line), line});
+    } else if (key == "shared_bytes") {
+      file_.shared_bytes = make_expression(value, line);
+    } else {
+      fail(line, fmt::format("unknown key '{}' (expected op, backend, dtypes, param, derive, "
+                             "require, shared_bytes)",
+                             key));
+    }
+  }
+
+  // param: NAME = DEFAULT in {V1, V2, ...}
+  void parse_param(const std::string& value, int line) {
+    static const std::regex pattern(R"(^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\S+)\s+in\s+\{(.*)\}$)");
+    std::smatch m;
+    if (!std::regex_match(value, m, pattern)) {
+      fail(line, fmt::format("param: expected 'NAME = DEFAULT in {{V1, V2, ...}}', got '{}'", value));
+    }
+    TunableParam param;
+    param.name = m[1];
+    param.line = line;
+    check_new_name(param.name, line);
+    if (!parse_integer(m[2], &param.default_value)) {
+      fail(line, fmt::format("param {}: default '{}' is not an integer", param.name,
+                             std::string(m[2])));
+    }
+    for (const auto& item : split(std::string(m[3]), ',')) {
+      long long v = 0;
+      if (!parse_integer(item, &v)) {
+        fail(line, fmt::format("param {}: candidate '{}' is not an integer", param.name, item));
+      }
+      if (std::find(param.candidates.begin(), param.candidates.end(), v) !=
+          param.candidates.end()) {
+        fail(line, fmt::format("param {}: candidate {} is listed twice", param.name, v));
+      }
+      param.candidates.push_back(v);
+    }
+    if (std::find(param.candidates.begin(), param.candidates.end(), param.default_value) ==
+        param.candidates.end()) {
+      fail(line, fmt::format("param {}: default {} is not one of {{{}}}", param.name,
+                             param.default_value, fmt::join(param.candidates, ", ")));
+    }
+    file_.params.push_back(std::move(param));
+  }
+
+  void check_new_name(const std::string& name, int line) {
+    if (!is_upper_identifier(name)) {
+      fail(line, fmt::format("'{}' is not an upper-case identifier (A-Z, 0-9, _)", name));
+    }
+    for (const auto& p : file_.params) {
+      if (p.name == name) fail(line, fmt::format("'{}' is already declared on line {}", name, p.line));
+    }
+    for (const auto& d : file_.derived) {
+      if (d.name == name) fail(line, fmt::format("'{}' is already declared on line {}", name, d.line));
+    }
+  }
+
+  Expression make_expression(const std::string& text, int line) const {
+    try {
+      return Expression(trim(text));
+    } catch (const Error& e) {
+      fail(line, e.what());
+    }
+  }
+
+  void check_complete() {
+    if (file_.op.empty()) fail(header_line_, "header block has no 'op:' line");
+    if (backend_line_ == 0) fail(header_line_, "header block has no 'backend:' line");
+    if (file_.dtypes.empty()) fail(header_line_, "header block has no 'dtypes:' line");
+    const auto ext = std::filesystem::path(path_).extension().string();
+    const Backend expected = ext == ".cu" ? Backend::cuda : Backend::cpu;
+    if ((ext == ".cu" || ext == ".cpp") && expected != file_.backend) {
+      fail(backend_line_, fmt::format("backend '{}' does not match the file extension '{}'",
+                                      backend_name(file_.backend), ext));
+    }
+  }
+
+  KernelFile& file_;
+  std::string path_;
+  int header_line_ = 1;
+  int op_line_ = 0;
+  int backend_line_ = 0;
+};
+
+}  // namespace
+
+std::string_view backend_name(Backend backend) {
+  return backend == Backend::cuda ? "cuda" : "cpu";
+}
+
+KernelFile KernelFile::load(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("cannot read kernel file '{}'", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path);
+}
+
+KernelFile KernelFile::parse(const std::string& text, const std::filesystem::path& path) {
+  KernelFile file;
+  file.path = path;
+  file.source = text;
+  HeaderParser(file, path.string()).parse(text);
+  return file;
+}
+
+bool KernelFile::supports(DType dtype) const {
+  return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+}
+
+ParamValues KernelFile::resolve_params(const ParamValues& overrides) const {
+  ParamValues values;
+  for (const auto& p : params) values[p.name] = p.default_value;
+  for (const auto& [name, value] : overrides) {
+    if (!values.contains(name)) {
+      std::vector<std::string> names;
+      for (const auto& p : params) names.push_back(p.name);
+      throw UsageError(fmt::format("{} has no parameter '{}' (it has: {})", path.string(), name,
+                                   names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+    }
+    values[name] = value;
+  }
+  return values;
+}
+
+ParamValues KernelFile::with_derived(const ParamValues& params_in, const Bindings& context) const {
+  ParamValues values = params_in;
+  Bindings bindings = context;
+  for (const auto& [name, value] : params_in) bindings[name] = value;
+  for (const auto& d : derived) {
+    const long long v = d.expression.evaluate(bindings);
+    values[d.name] = v;
+    bindings[d.name] = v;
+  }
+  return values;
+}
+
+std::pair<std::string, long long> parse_param_assignment(const std::string& text) {
+  const auto eq = text.find('=');
+  long long value = 0;
+  if (eq == std::string::npos || !parse_integer(trim(text.substr(eq + 1)), &value)) {
+    throw UsageError(fmt::format("--param '{}': expected NAME=INTEGER", text));
+  }
+  return {trim(text.substr(0, eq)), value};
+}
+
+}  // namespace kforge

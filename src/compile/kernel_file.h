@@ -1,0 +1,65 @@
+// A kernel file: its parsed header block and its source text (see docs/kernel-format.md).
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compile/expression.h"
+#include "core/dtype.h"
+
+namespace kforge {
+
+enum class Backend { cuda, cpu };
+std::string_view backend_name(Backend backend);
+
+using ParamValues = std::map<std::string, long long, std::less<>>;
+
+struct TunableParam {
+  std::string name;
+  long long default_value = 0;
+  std::vector<long long> candidates;
+  int line = 0;
+};
+
+struct DerivedValue {
+  std::string name;
+  Expression expression;
+  int line = 0;
+};
+
+struct Requirement {
+  Expression expression;
+  int line = 0;
+};
+
+struct KernelFile {
+  std::filesystem::path path;
+  std::string source;
+  std::string op;
+  Backend backend = Backend::cuda;
+  std::vector<DType> dtypes;
+  std::vector<TunableParam> params;
+  std::vector<DerivedValue> derived;
+  std::vector<Requirement> requirements;
+  std::optional<Expression> shared_bytes;
+
+  // Reads and parses a file; throws UsageError if unreadable, ParseError if malformed.
+  static KernelFile load(const std::filesystem::path& path);
+  // Parses text; `path` is used for messages and to check the extension against `backend`.
+  static KernelFile parse(const std::string& text, const std::filesystem::path& path);
+
+  bool supports(DType dtype) const;
+  // Every parameter at its default, with `overrides` applied. Throws UsageError for an unknown
+  // name.
+  ParamValues resolve_params(const ParamValues& overrides = {}) const;
+  // Parameters plus derived values, in declaration order of evaluation.
+  ParamValues with_derived(const ParamValues& params, const Bindings& context) const;
+};
+
+// Parses "NAME=VALUE" as given on the command line.
+std::pair<std::string, long long> parse_param_assignment(const std::string& text);
+
+}  // namespace kforge

@@ -1,0 +1,62 @@
+#include "device/ceilings.h"
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/run_info.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+namespace {
+
+Ceilings from_record(const nlohmann::json& record, bool from_cache) {
+  Ceilings c;
+  c.raw = record;
+  c.copy_gbps = record.at("ceilings").at("copy_gbps");
+  const auto& mm = record.at("ceilings").at("matmul_tflops");
+  if (!mm.is_null()) c.matmul_tflops = mm.get<double>();
+  c.measured_at = record.value("date", "");
+  c.from_cache = from_cache;
+  return c;
+}
+
+}  // namespace
+
+Ceilings device_ceilings(WorkerClient& worker, const fs::path& cache_dir, bool refresh,
+                         const std::function<void(const std::string&)>& progress) {
+  const DeviceInfo& device = worker.device();
+  // One file per physical device and driver: a new driver can move the numbers.
+  const std::string id = std::regex_replace(
+      fmt::format("{}-{}-{}", device.backend, device.uuid, device.driver_version),
+      std::regex("[^A-Za-z0-9._-]"), "_");
+  const fs::path path = cache_dir / "ceilings" / (id + ".json");
+  if (!refresh && fs::exists(path)) {
+    std::ifstream in(path);
+    try {
+      return from_record(nlohmann::json::parse(in), true);
+    } catch (const std::exception&) {
+      // A damaged cache entry is measured again below.
+    }
+  }
+  if (progress) progress(fmt::format("measuring ceilings of {} (once per device)...", device.name));
+  const WorkerReply reply = worker.request({{"op", "ceilings"}}, std::chrono::minutes(5));
+  if (!reply.ok()) throw Error(fmt::format("measuring ceilings failed: {}", reply.detail));
+  nlohmann::json record = {{"device", device},
+                           {"ceilings", reply.body.at("ceilings")},
+                           {"date", utc_timestamp()}};
+  fs::create_directories(path.parent_path());
+  const fs::path tmp = path.string() + fmt::format(".tmp{}", getpid());
+  {
+    std::ofstream out(tmp);
+    out << record.dump(2) << "\n";
+  }
+  fs::rename(tmp, path);
+  return from_record(record, false);
+}
+
+}  // namespace kforge

@@ -1,0 +1,148 @@
+// The CPU backend: "device" memory is host memory, the stream is null, and timing is a steady
+// clock around the call. It lets the whole pipeline run, and be tested, without a GPU.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/statistics.h"
+#include "device/backend.h"
+
+namespace kforge {
+namespace {
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+int64_t parse_cache_size(const std::string& text) {  // "32768K"
+  if (text.empty()) return 0;
+  int64_t v = std::atoll(text.c_str());
+  if (text.back() == 'K') v *= 1024;
+  if (text.back() == 'M') v *= 1024 * 1024;
+  return v;
+}
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "host CPU";
+}
+
+class CpuBackend final : public DeviceBackend {
+ public:
+  CpuBackend() : info_(cpu_device_info()) {
+    // Twice the last-level cache, rounded to a page, so one pass evicts everything.
+    flush_.resize(static_cast<size_t>(std::max<int64_t>(info_.l2_bytes, 8 << 20) * 2));
+  }
+
+  const DeviceInfo& info() const override { return info_; }
+
+  void* allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+    if (!p) throw OutOfMemory(fmt::format("host allocation of {} bytes failed", bytes));
+    return p;
+  }
+  void release(void* ptr) noexcept override { std::free(ptr); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void* stream() override { return nullptr; }
+  void synchronize() override {}
+  void check_launch() override {}
+
+  double time_once(const std::function<void()>& launch, bool cold_cache) override {
+    if (cold_cache) {
+      // Writing the buffer evicts the kernel's data; the volatile read keeps it from being
+      // optimized away.
+      std::memset(flush_.data(), static_cast<int>(++flush_round_), flush_.size());
+      volatile char sink = flush_[flush_.size() / 2];
+      (void)sink;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    launch();
+    const auto end = std::chrono::steady_clock::now();
+    return std::chrono::duration<double, std::milli>(end - start).count();
+  }
+
+  ClockReading read_clock() override { return {}; }
+
+  nlohmann::json measure_ceilings() override {
+    const size_t bytes = size_t{256} << 20;
+    std::vector<char> a(bytes, 1), b(bytes, 2);
+    std::vector<double> samples;
+    StoppingRule rule;
+    rule.min_samples = 5;
+    rule.max_seconds = 5;
+    std::string reason;
+    const auto start = std::chrono::steady_clock::now();
+    do {
+      samples.push_back(time_once([&] { std::memcpy(b.data(), a.data(), bytes); }, false));
+    } while (!rule.should_stop(
+        samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+        &reason));
+    const SampleStats s = summarize(samples);
+    return {{"copy_bytes", 2 * bytes},
+            {"copy_ms", s.median},
+            {"copy_gbps", 2.0 * static_cast<double>(bytes) / (s.median * 1e6)},
+            {"copy_rel_noise", s.rel_noise},
+            {"matmul_tflops", nullptr},
+            {"matmul_note", "no matrix library on the CPU backend"}};
+  }
+
+ private:
+  DeviceInfo info_;
+  std::vector<char> flush_;
+  unsigned flush_round_ = 0;
+};
+
+}  // namespace
+
+DeviceInfo cpu_device_info() {
+  DeviceInfo d;
+  d.backend = "cpu";
+  d.index = 0;
+  d.name = cpu_model_name();
+  d.uuid = "host";
+  d.sm_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  d.total_memory = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  if (meminfo >> key >> kb) d.total_memory = kb * 1024;
+  d.l2_bytes = parse_cache_size(read_first_line("/sys/devices/system/cpu/cpu0/cache/index3/size"));
+  if (d.l2_bytes == 0) {
+    d.l2_bytes = parse_cache_size(read_first_line("/sys/devices/system/cpu/cpu0/cache/index2/size"));
+  }
+  // Limits that CUDA kernels would be checked against have no meaning here; give generous
+  // values so that CPU kernel files may still use the same expressions.
+  d.max_threads_per_block = 1024;
+  d.max_shared_per_block = 1 << 20;
+  d.max_shared_per_sm = 1 << 20;
+  d.regs_per_sm = 1 << 16;
+  d.regs_per_block = 1 << 16;
+  d.warp_size = 1;
+  return d;
+}
+
+std::unique_ptr<DeviceBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace kforge

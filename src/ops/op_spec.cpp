@@ -1,0 +1,149 @@
+#include "ops/op_spec.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/random.h"
+
+namespace kforge {
+namespace {
+
+constexpr int64_t kChunk = 1 << 20;  // elements per independently seeded chunk
+
+// Maps a standard normal sample to the value `kind` asks for at flat index i.
+double shape_value(InputKind kind, double z, double u, int64_t i, double max_magnitude,
+                   double min_normal, double constant) {
+  switch (kind) {
+    case InputKind::normal: return z;
+    case InputKind::near_max: return (z < 0 ? -1.0 : 1.0) * max_magnitude * (0.5 + 0.5 * u);
+    case InputKind::near_zero: return z * 16.0 * min_normal;
+    case InputKind::mixed_scales: return z * (((i / 64) % 2 == 0) ? 1e3 : 1e-3);
+    case InputKind::all_zeros: return 0.0;
+    case InputKind::all_equal: return constant;
+    case InputKind::very_negative: return -max_magnitude * (0.5 + 0.5 * u);
+  }
+  return z;
+}
+
+}  // namespace
+
+std::string_view input_kind_name(InputKind kind) {
+  switch (kind) {
+    case InputKind::normal: return "normal";
+    case InputKind::near_max: return "near_max";
+    case InputKind::near_zero: return "near_zero";
+    case InputKind::mixed_scales: return "mixed_scales";
+    case InputKind::all_zeros: return "all_zeros";
+    case InputKind::all_equal: return "all_equal";
+    case InputKind::very_negative: return "very_negative";
+  }
+  return "?";
+}
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (const auto d : shape) n *= d;
+  return n;
+}
+
+std::vector<InputKind> OpSpec::stability_kinds() const {
+  return {InputKind::near_max, InputKind::near_zero, InputKind::mixed_scales, InputKind::all_zeros,
+          InputKind::all_equal};
+}
+
+double OpSpec::max_input_magnitude(const Sizes&, DType dtype) const {
+  return 0.9 * dtype_max(dtype);
+}
+
+void OpSpec::generate(const Sizes& sizes, InputKind kind, uint64_t seed,
+                      std::span<HostTensor> inputs) const {
+  const auto specs = this->inputs();
+  for (size_t t = 0; t < inputs.size(); ++t) {
+    HostTensor& tensor = inputs[t];
+    const bool parameter = t < specs.size() && specs[t].is_parameter;
+    const InputKind tensor_kind = parameter ? InputKind::normal : kind;
+    const double max_magnitude = max_input_magnitude(sizes, tensor.dtype);
+    const double min_normal = dtype_min_normal(tensor.dtype);
+    const double constant = Rng(seed, 1000 + t).normal() * 2.0;
+    const int64_t n = tensor.numel();
+    parallel_for((n + kChunk - 1) / kChunk, [&](int64_t chunk) {
+      Rng rng(seed, (t << 40) | static_cast<uint64_t>(chunk));
+      const int64_t end = std::min(n, (chunk + 1) * kChunk);
+      for (int64_t i = chunk * kChunk; i < end; ++i) {
+        const double z = rng.normal();
+        const double u = rng.uniform();
+        store_element(tensor.data, tensor.dtype, static_cast<size_t>(i),
+                      shape_value(tensor_kind, z, u, i, max_magnitude, min_normal, constant));
+      }
+    });
+  }
+}
+
+std::vector<TensorSpec> OpSpec::inputs() const {
+  std::vector<TensorSpec> out;
+  for (auto& t : tensors()) {
+    if (!t.is_output) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<TensorSpec> OpSpec::outputs() const {
+  std::vector<TensorSpec> out;
+  for (auto& t : tensors()) {
+    if (t.is_output) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<int64_t> OpSpec::shape_of(const TensorSpec& tensor, const Sizes& sizes) const {
+  std::vector<int64_t> shape;
+  for (const auto& dim : tensor.dims) {
+    const auto it = sizes.find(dim);
+    if (it == sizes.end()) throw Error(fmt::format("{}: size '{}' is not set", name(), dim));
+    shape.push_back(it->second);
+  }
+  return shape;
+}
+
+Sizes OpSpec::parse_shape(std::string_view text) const {
+  const auto names = size_names();
+  std::vector<int64_t> values;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const auto end = std::min(text.find('x', start), text.size());
+    const auto part = text.substr(start, end - start);
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (ec != std::errc() || ptr != part.data() + part.size() || v <= 0) {
+      throw UsageError(fmt::format("shape '{}': '{}' is not a positive integer", text, part));
+    }
+    values.push_back(v);
+    start = end + 1;
+  }
+  if (values.size() != names.size()) {
+    throw UsageError(fmt::format("{} takes a shape {} ({} sizes), got '{}'", name(),
+                                 fmt::join(names, "x"), names.size(), text));
+  }
+  Sizes sizes;
+  for (size_t i = 0; i < names.size(); ++i) sizes[names[i]] = values[i];
+  return sizes;
+}
+
+std::string OpSpec::format_shape(const Sizes& sizes) const {
+  std::vector<int64_t> values;
+  for (const auto& n : size_names()) values.push_back(sizes.at(n));
+  return fmt::format("{}", fmt::join(values, "x"));
+}
+
+bool OpSpec::supports(DType dtype) const {
+  const auto d = dtypes();
+  return std::find(d.begin(), d.end(), dtype) != d.end();
+}
+
+}  // namespace kforge

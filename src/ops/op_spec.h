@@ -1,0 +1,118 @@
+// An op spec is the fixed evaluation of one op: its signature, float64 reference, cost model,
+// size sets, dtypes, tolerances and input generators. Kernel files implement an op; they can
+// never change its spec.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace kforge {
+
+// Problem sizes by name, e.g. {M: 8192, N: 8192}.
+using Sizes = std::map<std::string, int64_t, std::less<>>;
+
+struct SizeCase {
+  std::string label;
+  Sizes sizes;
+};
+
+struct TensorSpec {
+  std::string name;
+  std::vector<std::string> dims;  // size names, e.g. {"M", "N"}
+  bool is_output = false;
+  // Parameters (weights) are always drawn random-normal; stability inputs apply to activations.
+  bool is_parameter = false;
+};
+
+struct ScalarSpec {
+  std::string name;
+  double value = 0;
+};
+
+struct Tolerance {
+  double atol = 0;
+  double rtol = 0;
+};
+
+struct Cost {
+  double bytes = 0;  // fewest bytes moved through device memory: inputs read once, outputs once
+  double flops = 0;
+};
+
+// How activations are drawn. `normal` is the everyday case; the rest are the stability
+// stage's adversarial inputs.
+enum class InputKind {
+  normal,
+  near_max,       // |x| near the largest magnitude the op must handle in this dtype
+  near_zero,      // |x| a few times the smallest normal value
+  mixed_scales,   // blocks of 1e3 and 1e-3
+  all_zeros,
+  all_equal,
+  very_negative,  // large negative values (softmax-like ops)
+};
+std::string_view input_kind_name(InputKind kind);
+
+// A tensor in host memory (often a shared-memory region a worker also maps).
+struct HostTensor {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::byte* data = nullptr;
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+};
+
+class OpSpec {
+ public:
+  virtual ~OpSpec() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual std::string_view formula() const = 0;
+  // Size names in the order `--shape AxB` gives them.
+  virtual std::vector<std::string> size_names() const = 0;
+  virtual std::vector<TensorSpec> tensors() const = 0;  // inputs first, then outputs
+  virtual std::vector<ScalarSpec> scalars() const { return {}; }
+
+  virtual std::vector<SizeCase> test_sizes() const = 0;
+  virtual std::vector<SizeCase> edge_sizes() const = 0;
+  virtual std::vector<SizeCase> bench_sizes() const = 0;
+  virtual Sizes default_size() const = 0;
+  virtual std::vector<DType> dtypes() const = 0;
+  virtual Tolerance tolerance(DType dtype) const = 0;
+
+  virtual std::vector<InputKind> stability_kinds() const;
+  // The largest |x| the stability stage feeds. Defaults to 90% of the dtype's max; ops whose
+  // accumulation in fp32 must not overflow cap it (see rmsnorm).
+  virtual double max_input_magnitude(const Sizes& sizes, DType dtype) const;
+
+  // Fills every input tensor. Deterministic in (sizes, kind, seed).
+  virtual void generate(const Sizes& sizes, InputKind kind, uint64_t seed,
+                        std::span<HostTensor> inputs) const;
+  // float64 reference: inputs widened to double, outputs sized by the caller.
+  virtual void reference(const Sizes& sizes, std::span<const std::vector<double>> inputs,
+                         std::span<const double> scalars,
+                         std::span<std::vector<double>> outputs) const = 0;
+  virtual Cost cost(const Sizes& sizes, DType dtype) const = 0;
+
+  // Helpers built on the above.
+  std::vector<TensorSpec> inputs() const;
+  std::vector<TensorSpec> outputs() const;
+  std::vector<int64_t> shape_of(const TensorSpec& tensor, const Sizes& sizes) const;
+  // "8192x8192" -> sizes; throws UsageError naming the expected form.
+  Sizes parse_shape(std::string_view text) const;
+  std::string format_shape(const Sizes& sizes) const;
+  bool supports(DType dtype) const;
+};
+
+const OpSpec* find_op(std::string_view name);
+std::vector<const OpSpec*> all_ops();
+// "rmsnorm, softmax"
+std::string op_names();
+
+}  // namespace kforge

@@ -1,0 +1,40 @@
+#include "ops/registry.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace kforge {
+namespace {
+
+const std::vector<std::unique_ptr<OpSpec>>& registry() {
+  static const auto specs = [] {
+    std::vector<std::unique_ptr<OpSpec>> v;
+    v.push_back(make_rmsnorm_spec());
+    v.push_back(make_softmax_spec());
+    return v;
+  }();
+  return specs;
+}
+
+}  // namespace
+
+const OpSpec* find_op(std::string_view name) {
+  for (const auto& spec : registry()) {
+    if (spec->name() == name) return spec.get();
+  }
+  return nullptr;
+}
+
+std::vector<const OpSpec*> all_ops() {
+  std::vector<const OpSpec*> out;
+  for (const auto& spec : registry()) out.push_back(spec.get());
+  return out;
+}
+
+std::string op_names() {
+  std::vector<std::string_view> names;
+  for (const auto& spec : registry()) names.push_back(spec->name());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+}  // namespace kforge

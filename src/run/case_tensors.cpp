@@ -1,0 +1,70 @@
+#include "run/case_tensors.h"
+
+#include "core/parallel.h"
+
+namespace kforge {
+
+CaseTensors::CaseTensors(const OpSpec& op, const Sizes& sizes, DType dtype)
+    : op_(op), sizes_(sizes) {
+  size_t offset = 0;
+  for (const auto& spec : op.tensors()) {
+    TensorRef ref;
+    ref.name = spec.name;
+    ref.dtype = dtype;
+    ref.shape = op.shape_of(spec, sizes);
+    ref.is_output = spec.is_output;
+    int64_t n = 1;
+    for (const auto d : ref.shape) n *= d;
+    ref.bytes = static_cast<size_t>(n) * dtype_size(dtype);
+    ref.offset = offset;
+    offset += (ref.bytes + 255) / 256 * 256;
+    refs_.push_back(ref);
+  }
+  region_ = SharedRegion::create(offset);
+  for (const auto& ref : refs_) {
+    HostTensor t{ref.name, ref.dtype, ref.shape, region_.data() + ref.offset};
+    (ref.is_output ? outputs_ : inputs_).push_back(t);
+  }
+}
+
+size_t CaseTensors::largest_tensor_elements() const {
+  size_t largest = 0;
+  for (const auto& ref : refs_) largest = std::max(largest, ref.bytes / dtype_size(ref.dtype));
+  return largest;
+}
+
+void CaseTensors::generate_inputs(InputKind kind, uint64_t seed) {
+  op_.generate(sizes_, kind, seed, inputs_);
+}
+
+void CaseTensors::poison_outputs() {
+  for (auto& t : outputs_) fill_nan(t.data, t.dtype, static_cast<size_t>(t.numel()));
+}
+
+std::vector<std::vector<double>> CaseTensors::inputs_as_double() const {
+  std::vector<std::vector<double>> out;
+  for (const auto& t : inputs_) {
+    std::vector<double> v(static_cast<size_t>(t.numel()));
+    constexpr int64_t kChunk = 1 << 20;
+    parallel_for((t.numel() + kChunk - 1) / kChunk, [&](int64_t c) {
+      const int64_t end = std::min<int64_t>(t.numel(), (c + 1) * kChunk);
+      for (int64_t i = c * kChunk; i < end; ++i) {
+        v[static_cast<size_t>(i)] = load_element(t.data, t.dtype, static_cast<size_t>(i));
+      }
+    });
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+nlohmann::json CaseTensors::request(const char* op, const std::filesystem::path& module,
+                                    const std::vector<double>& scalars) const {
+  return {{"op", op},
+          {"module", module.string()},
+          {"region", region_.name()},
+          {"region_bytes", region_.size()},
+          {"tensors", refs_},
+          {"scalars", scalars}};
+}
+
+}  // namespace kforge

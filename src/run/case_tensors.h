@@ -1,0 +1,42 @@
+// The tensors of one problem (op, sizes, dtype) in a shared region a worker maps: inputs
+// generated here, outputs poisoned with NaN before every run.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ops/op_spec.h"
+#include "run/protocol.h"
+#include "run/shared_region.h"
+
+namespace kforge {
+
+class CaseTensors {
+ public:
+  CaseTensors(const OpSpec& op, const Sizes& sizes, DType dtype);
+
+  std::vector<HostTensor>& inputs() { return inputs_; }
+  std::vector<HostTensor>& outputs() { return outputs_; }
+  const std::vector<HostTensor>& outputs() const { return outputs_; }
+  size_t largest_tensor_elements() const;
+
+  void generate_inputs(InputKind kind, uint64_t seed);
+  void poison_outputs();
+  // Inputs widened to double, for the reference.
+  std::vector<std::vector<double>> inputs_as_double() const;
+  // A run or bench request for `module` over these tensors.
+  nlohmann::json request(const char* op, const std::filesystem::path& module,
+                         const std::vector<double>& scalars) const;
+
+ private:
+  const OpSpec& op_;
+  Sizes sizes_;
+  SharedRegion region_;
+  std::vector<TensorRef> refs_;
+  std::vector<HostTensor> inputs_;
+  std::vector<HostTensor> outputs_;
+};
+
+}  // namespace kforge

@@ -1,0 +1,21 @@
+// What happened to a candidate. Every run of candidate code ends in exactly one of these.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace kforge {
+
+enum class Verdict {
+  ok,
+  wrong,          // ran, but the output is wrong (values, unwritten elements, writes out of bounds)
+  crash,          // the worker died or device code faulted
+  timeout,        // no answer in time; the worker was killed
+  oom,            // an allocation failed
+  compile_error,  // the variant does not compile or its module does not load
+  rejected,       // a constraint of the kernel file rules the variant out; never compiled
+};
+
+std::string_view verdict_name(Verdict v);  // "OK", "WRONG", ...
+
+}  // namespace kforge
