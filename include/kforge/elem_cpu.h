@@ -30,9 +30,13 @@ inline uint32_t kf_float_to_bits(float f) {
   return bits;
 }
 
-inline float kf_to_float(float v) { return v; }
+inline float kf_to_float(float v) {
+  return v;
+}
 
-inline float kf_to_float(kf_bf16 v) { return kf_bits_to_float(uint32_t(v.bits) << 16); }
+inline float kf_to_float(kf_bf16 v) {
+  return kf_bits_to_float(uint32_t(v.bits) << 16);
+}
 
 inline float kf_to_float(kf_f16 v) {
   const uint32_t sign = uint32_t(v.bits & 0x8000u) << 16;
@@ -67,13 +71,13 @@ inline kf_f16 kf_from_float<kf_f16>(float v) {
   const uint32_t bits = kf_float_to_bits(v);
   const uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return kf_f16{uint16_t(sign | 0x7e00u)};  // NaN
+  if (abs_bits > 0x7f800000u) return kf_f16{uint16_t(sign | 0x7e00u)};   // NaN
   if (abs_bits >= 0x477ff000u) return kf_f16{uint16_t(sign | 0x7c00u)};  // rounds to infinity
   if (abs_bits < 0x38800000u) {
     // Result is subnormal (or zero): scale so the integer part is the half mantissa, then
     // let float addition round to nearest even.
     const float scaled = kf_bits_to_float(abs_bits) * 16777216.0f;  // * 2^24
-    const float rounded = scaled + 8388608.0f - 8388608.0f;        // round to integer
+    const float rounded = scaled + 8388608.0f - 8388608.0f;         // round to integer
     return kf_f16{uint16_t(sign | uint16_t(rounded))};
   }
   uint32_t rebased = abs_bits - (112u << 23);  // exponent bias 127 -> 15

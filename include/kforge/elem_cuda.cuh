@@ -12,9 +12,15 @@
 
 #include "kforge/kernel.h"
 
-__device__ __forceinline__ float kf_to_float(float v) { return v; }
-__device__ __forceinline__ float kf_to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float kf_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float kf_to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float kf_to_float(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float kf_to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 template <typename T>
 __device__ __forceinline__ T kf_from_float(float v);

@@ -30,9 +30,9 @@ typedef enum kf_dtype {
 
 typedef enum kf_status {
   KF_OK = 0,
-  KF_ERR_UNSUPPORTED = 1,    /* shape, dtype or layout this kernel cannot handle */
-  KF_ERR_LAUNCH = 2,         /* a launch or API call failed */
-  KF_ERR_OUT_OF_MEMORY = 3,  /* the kernel's own allocation failed */
+  KF_ERR_UNSUPPORTED = 1,   /* shape, dtype or layout this kernel cannot handle */
+  KF_ERR_LAUNCH = 2,        /* a launch or API call failed */
+  KF_ERR_OUT_OF_MEMORY = 3, /* the kernel's own allocation failed */
 } kf_status;
 
 /* A dense tensor. Strides are in elements; kforge passes row-major contiguous tensors. */
@@ -70,7 +70,8 @@ typedef struct kf_args {
 /* Number of elements in a tensor. */
 static inline int64_t kf_numel(const kf_tensor* t) {
   int64_t n = 1;
-  for (int32_t i = 0; i < t->ndim; ++i) n *= t->shape[i];
+  for (int32_t i = 0; i < t->ndim; ++i)
+    n *= t->shape[i];
   return n;
 }
 

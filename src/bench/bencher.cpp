@@ -13,8 +13,8 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
   r.dtype = options.dtype;
   r.seed = options.seed ? options.seed : fresh_seed();
   if (!file.supports(options.dtype) || !op.supports(options.dtype)) {
-    throw UsageError(fmt::format("{} does not support dtype {}", file.path.string(),
-                                 dtype_name(options.dtype)));
+    throw UsageError(
+        fmt::format("{} does not support dtype {}", file.path.string(), dtype_name(options.dtype)));
   }
   const std::string arch = options.arch.empty() ? worker.device().default_arch() : options.arch;
   r.build = checker.build(file, file.resolve_params(options.params), options.dtype, arch,
@@ -40,7 +40,8 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
   tensors.generate_inputs(InputKind::normal, r.seed);
   tensors.poison_outputs();
   std::vector<double> scalars;
-  for (const auto& s : op.scalars()) scalars.push_back(s.value);
+  for (const auto& s : op.scalars())
+    scalars.push_back(s.value);
   nlohmann::json request = tensors.request("bench", r.build.module, scalars);
   request["settings"] = options.settings;
   const auto bench_timeout =
@@ -70,7 +71,9 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
 }
 
 nlohmann::json BenchResult::to_json(const OpSpec& op) const {
-  const auto number_or_null = [](double v) { return std::isnan(v) ? nlohmann::json() : nlohmann::json(v); };
+  const auto number_or_null = [](double v) {
+    return std::isnan(v) ? nlohmann::json() : nlohmann::json(v);
+  };
   return {{"variant", build.variant.describe()},
           {"variant_key", build.variant.key()},
           {"params", build.variant.params},

@@ -36,7 +36,8 @@ SampleStats summarize(std::span<const double> samples) {
   s.p90 = quantile(sorted, 0.9);
   std::vector<double> deviations;
   deviations.reserve(sorted.size());
-  for (const double v : sorted) deviations.push_back(std::abs(v - s.median));
+  for (const double v : sorted)
+    deviations.push_back(std::abs(v - s.median));
   std::sort(deviations.begin(), deviations.end());
   const double mad = quantile(deviations, 0.5);
   s.rel_noise = s.median > 0 ? 1.4826 * mad / s.median : 0;
@@ -65,10 +66,14 @@ bool StoppingRule::should_stop(std::span<const double> samples, double elapsed_s
 
 std::string_view comparison_name(Comparison c) {
   switch (c) {
-    case Comparison::same: return "SAME";
-    case Comparison::faster: return "FASTER";
-    case Comparison::slower: return "SLOWER";
-    case Comparison::unclear: return "UNCLEAR";
+    case Comparison::same:
+      return "SAME";
+    case Comparison::faster:
+      return "FASTER";
+    case Comparison::slower:
+      return "SLOWER";
+    case Comparison::unclear:
+      return "UNCLEAR";
   }
   return "?";
 }

@@ -27,8 +27,8 @@ SampleStats summarize(std::span<const double> samples);
 struct StoppingRule {
   size_t min_samples = 20;
   size_t max_samples = 5000;
-  double min_seconds = 0.05;  // keep sampling at least this long
-  double max_seconds = 3.0;   // wall-clock cap
+  double min_seconds = 0.05;         // keep sampling at least this long
+  double max_seconds = 3.0;          // wall-clock cap
   double target_rel_stderr = 0.002;  // stop once the median is known to 0.2%
 
   // Returns true with `reason` set once sampling should stop.

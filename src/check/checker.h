@@ -31,11 +31,11 @@
 namespace kforge {
 
 struct CheckOptions {
-  uint64_t seed = 0;             // 0: draw one
-  std::vector<DType> dtypes;     // empty: every dtype both the file and the op support
-  ParamValues params;            // overrides of the file's defaults
-  std::string arch;              // empty: the device's default
-  int64_t max_elements = 0;      // skip problems with a larger tensor (0: no limit)
+  uint64_t seed = 0;                     // 0: draw one
+  std::vector<DType> dtypes;             // empty: every dtype both the file and the op support
+  ParamValues params;                    // overrides of the file's defaults
+  std::string arch;                      // empty: the device's default
+  int64_t max_elements = 0;              // skip problems with a larger tensor (0: no limit)
   std::chrono::milliseconds timeout{0};  // per run; 0: scaled to the problem size
   std::vector<std::string> stages;       // empty: all five
 };
@@ -93,9 +93,8 @@ class Checker {
 
   // Runs one problem and compares with the reference. Used by the stages and by `bench`.
   CaseResult run_case(const OpSpec& op, const CompileResult& build, const std::string& stage,
-                      const std::string& label, const Sizes& sizes, InputKind kind,
-                      uint64_t seed, double tolerance_scale,
-                      std::chrono::milliseconds timeout);
+                      const std::string& label, const Sizes& sizes, InputKind kind, uint64_t seed,
+                      double tolerance_scale, std::chrono::milliseconds timeout);
 
   // Runs one problem three times in the current worker and once in a fresh one; every output
   // must be bitwise identical. `record` receives the case and returns whether it passed.

@@ -22,7 +22,8 @@ CompareResult compare_output(const HostTensor& got, std::span<const double> expe
       ok = std::isfinite(g) && err <= tolerance.atol + tolerance.rtol * std::abs(e);
       if (std::isfinite(g)) {
         r.max_abs_error = std::max(r.max_abs_error, err);
-        if (std::abs(e) > tolerance.atol) r.max_rel_error = std::max(r.max_rel_error, err / std::abs(e));
+        if (std::abs(e) > tolerance.atol)
+          r.max_rel_error = std::max(r.max_rel_error, err / std::abs(e));
       }
     } else {
       ok = std::isnan(e) ? std::isnan(g) : g == e;
@@ -46,10 +47,12 @@ CompareResult compare_output(const HostTensor& got, std::span<const double> expe
 }
 
 std::string CompareResult::summary() const {
-  std::string s = fmt::format("max abs err {:.3g}, max rel err {:.3g}", max_abs_error, max_rel_error);
+  std::string s =
+      fmt::format("max abs err {:.3g}, max rel err {:.3g}", max_abs_error, max_rel_error);
   if (!pass) {
     s += fmt::format("; {} of {} elements out of tolerance", mismatches, checked);
-    if (nan_where_finite > 0) s += fmt::format(" ({} NaN where the reference is finite)", nan_where_finite);
+    if (nan_where_finite > 0)
+      s += fmt::format(" ({} NaN where the reference is finite)", nan_where_finite);
     for (const auto& m : first) {
       s += fmt::format("\n      at [{}]: got {:.6g}, expected {:.6g}", fmt::join(m.coords, ", "),
                        m.got, m.expected);

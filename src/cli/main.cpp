@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
 #include "bench/bencher.h"
 #include "check/checker.h"
@@ -32,7 +32,9 @@ namespace kforge {
 namespace {
 
 // Where people read progress: stderr, so that --json output on stdout stays clean.
-void progress_line(const std::string& line) { fmt::print(stderr, "{}\n", line); }
+void progress_line(const std::string& line) {
+  fmt::print(stderr, "{}\n", line);
+}
 
 struct DeviceFlags {
   std::string backend = "auto";  // auto: what the kernel file needs, else cuda if present
@@ -65,8 +67,8 @@ std::string pick_backend(const DeviceFlags& flags, const KernelFile* file) {
           "CPU kernel file (kernels/<op>/<op>_cpu.cpp) to run on the CPU backend");
     }
     if (flags.device >= static_cast<int>(devices.size())) {
-      throw UsageError(fmt::format("--device {}: only {} CUDA device(s) present", flags.device,
-                                   devices.size()));
+      throw UsageError(
+          fmt::format("--device {}: only {} CUDA device(s) present", flags.device, devices.size()));
     }
   }
   return backend;
@@ -121,7 +123,8 @@ int cmd_devices(bool json) {
     return 0;
   }
   if (cuda.empty()) fmt::print("no CUDA device visible\n");
-  for (const auto& d : cuda) fmt::print("{}\n", device_line(d));
+  for (const auto& d : cuda)
+    fmt::print("{}\n", device_line(d));
   fmt::print("{}\n", device_line(cpu));
   return 0;
 }
@@ -130,10 +133,12 @@ int cmd_ops() {
   for (const OpSpec* op : all_ops()) {
     std::vector<std::string> sig;
     for (const auto& t : op->tensors()) {
-      sig.push_back(fmt::format("{}{}[{}]", t.is_output ? "-> " : "", t.name, fmt::join(t.dims, ",")));
+      sig.push_back(
+          fmt::format("{}{}[{}]", t.is_output ? "-> " : "", t.name, fmt::join(t.dims, ",")));
     }
     std::vector<std::string_view> dtypes;
-    for (const DType d : op->dtypes()) dtypes.push_back(dtype_name(d));
+    for (const DType d : op->dtypes())
+      dtypes.push_back(dtype_name(d));
     fmt::print("{:<10} {}  ({})  dtypes {}  default {}\n", op->name(), fmt::join(sig, " "),
                op->formula(), fmt::join(dtypes, ","), op->format_shape(op->default_size()));
   }
@@ -151,7 +156,8 @@ int cmd_ceilings(const DeviceFlags& flags, bool refresh, const std::string& json
   } else {
     fmt::print("matmul  n/a ({})\n", c.raw.at("ceilings").value("matmul_note", ""));
   }
-  fmt::print("measured {}{}\n", c.measured_at, c.from_cache ? " (cached; --refresh to measure again)" : "");
+  fmt::print("measured {}{}\n", c.measured_at,
+             c.from_cache ? " (cached; --refresh to measure again)" : "");
   write_json(c.raw, json_path);
   return 0;
 }
@@ -181,10 +187,13 @@ struct CheckFlags {
   std::string json_path;
 };
 
-int cmd_check(const CheckFlags& flags, const DeviceFlags& device, const std::vector<std::string>& argv) {
+int cmd_check(const CheckFlags& flags, const DeviceFlags& device,
+              const std::vector<std::string>& argv) {
   const KernelFile file = KernelFile::load(flags.file);
   const OpSpec* op = find_op(file.op);
-  if (!op) throw UsageError(fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
+  if (!op)
+    throw UsageError(
+        fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
   WorkerClient worker({pick_backend(device, &file), device.device});
   Compiler compiler;
   Checker checker(compiler, worker);
@@ -196,7 +205,8 @@ int cmd_check(const CheckFlags& flags, const DeviceFlags& device, const std::vec
   options.max_elements = flags.max_elements;
   options.timeout = std::chrono::milliseconds(static_cast<long long>(flags.timeout_seconds * 1000));
   options.stages = flags.stages;
-  progress_line(fmt::format("kforge check {} ({}) on {}", flags.file, file.op, device_line(worker.device())));
+  progress_line(
+      fmt::format("kforge check {} ({}) on {}", flags.file, file.op, device_line(worker.device())));
   const CheckReport report = checker.check(file, options, progress_line);
   print_check_report(report);
   nlohmann::json j = report.to_json(*op);
@@ -219,10 +229,13 @@ struct BenchFlags {
   std::string json_path;
 };
 
-int cmd_bench(const BenchFlags& flags, const DeviceFlags& device, const std::vector<std::string>& argv) {
+int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
+              const std::vector<std::string>& argv) {
   const KernelFile file = KernelFile::load(flags.file);
   const OpSpec* op = find_op(file.op);
-  if (!op) throw UsageError(fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
+  if (!op)
+    throw UsageError(
+        fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
   WorkerClient worker({pick_backend(device, &file), device.device});
   Compiler compiler;
   Checker checker(compiler, worker);
@@ -249,16 +262,20 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device, const std::vec
     fmt::print("{:<9} {} - not timed: {}\n", "verdict", verdict_name(r.verdict), r.detail);
   } else {
     const double us = 1e3;
-    fmt::print("{:<9} {:.2f} us median  (p10 {:.2f}, p90 {:.2f}; noise {:.2f}%; {} samples, {}{})\n",
-               "time", r.stats.median * us, r.stats.p10 * us, r.stats.p90 * us,
-               100 * r.stats.rel_noise, r.stats.count, r.stop_reason,
-               r.throttled_samples ? fmt::format(", {} throttled samples discarded", r.throttled_samples) : "");
+    fmt::print(
+        "{:<9} {:.2f} us median  (p10 {:.2f}, p90 {:.2f}; noise {:.2f}%; {} samples, {}{})\n",
+        "time", r.stats.median * us, r.stats.p10 * us, r.stats.p90 * us, 100 * r.stats.rel_noise,
+        r.stats.count, r.stop_reason,
+        r.throttled_samples ? fmt::format(", {} throttled samples discarded", r.throttled_samples)
+                            : "");
     fmt::print("{:<9} {:.1f} GB/s = {:.1f}% of the measured copy ceiling ({:.0f} GB/s)\n", "memory",
                r.gbps, r.pct_of_copy, ceilings.copy_gbps);
     fmt::print("{:<9} {:.3f} TFLOP/s{}\n", "compute", r.tflops,
-               std::isnan(r.pct_of_matmul) ? std::string()
-                                           : fmt::format(" = {:.2f}% of the measured matmul ceiling", r.pct_of_matmul));
-    fmt::print("{:<9} {}{}, L2 {}\n", "method", d.backend == "cuda" ? "device events" : "steady clock",
+               std::isnan(r.pct_of_matmul)
+                   ? std::string()
+                   : fmt::format(" = {:.2f}% of the measured matmul ceiling", r.pct_of_matmul));
+    fmt::print("{:<9} {}{}, L2 {}\n", "method",
+               d.backend == "cuda" ? "device events" : "steady clock",
                r.clock_monitored ? fmt::format(", SM clock {} MHz (monitored)", r.sm_clock_mhz)
                                  : ", clocks not monitored",
                options.settings.cold_cache ? "flushed before every sample" : "warm");
@@ -306,24 +323,28 @@ int main(int argc, char** argv) {
   check->add_option("--max-elements", check_flags.max_elements,
                     "Skip problems with a tensor larger than this");
   check->add_option("--timeout", check_flags.timeout_seconds, "Per-run time limit in seconds");
-  check->add_option("--json", check_flags.json_path, "Write the report as JSON to FILE ('-' for stdout)");
+  check->add_option("--json", check_flags.json_path,
+                    "Write the report as JSON to FILE ('-' for stdout)");
   add_device_flags(check, device_flags);
 
   BenchFlags bench_flags;
   auto* bench = app.add_subcommand("bench", "Time a kernel file at one problem");
   bench->add_option("file", bench_flags.file, "Kernel file (.cu or .cpp)")->required();
-  bench->add_option("--shape", bench_flags.shape, "Problem sizes, e.g. 8192x8192 (default: the op's)");
+  bench->add_option("--shape", bench_flags.shape,
+                    "Problem sizes, e.g. 8192x8192 (default: the op's)");
   bench->add_option("--dtype", bench_flags.dtype, "f16, bf16 or f32")->capture_default_str();
   bench->add_option("--param", bench_flags.params, "NAME=VALUE (repeatable)");
   bench->add_option("--seed", bench_flags.seed, "Input seed (default: fresh, recorded)");
   bench->add_option("--arch", bench_flags.arch, "GPU architecture, e.g. sm_90a");
   bench->add_option("--max-time", bench_flags.max_seconds, "Sampling time cap in seconds")
       ->capture_default_str();
-  bench->add_option("--target-stderr", bench_flags.target_stderr,
-                    "Stop once the median's relative standard error is below this")
+  bench
+      ->add_option("--target-stderr", bench_flags.target_stderr,
+                   "Stop once the median's relative standard error is below this")
       ->capture_default_str();
   bench->add_flag("--warm-cache", bench_flags.warm_cache, "Do not flush the cache between samples");
-  bench->add_option("--json", bench_flags.json_path, "Write the result as JSON to FILE ('-' for stdout)");
+  bench->add_option("--json", bench_flags.json_path,
+                    "Write the result as JSON to FILE ('-' for stdout)");
   add_device_flags(bench, device_flags);
 
   std::string worker_backend;

@@ -1,5 +1,6 @@
 #include "compile/compiler.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -10,7 +11,6 @@
 #include <regex>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -49,10 +49,14 @@ std::string gencode_for(const std::string& arch) {
 
 std::string elem_macro(DType dtype) {
   switch (dtype) {
-    case DType::f16: return "-DKF_ELEM_F16";
-    case DType::bf16: return "-DKF_ELEM_BF16";
-    case DType::f32: return "-DKF_ELEM_F32";
-    default: throw UsageError(fmt::format("kernels are not compiled for {}", dtype_name(dtype)));
+    case DType::f16:
+      return "-DKF_ELEM_F16";
+    case DType::bf16:
+      return "-DKF_ELEM_BF16";
+    case DType::f32:
+      return "-DKF_ELEM_F32";
+    default:
+      throw UsageError(fmt::format("kernels are not compiled for {}", dtype_name(dtype)));
   }
 }
 
@@ -95,17 +99,20 @@ std::string unique_suffix() {
 
 int ResourceReport::max_registers() const {
   int m = 0;
-  for (const auto& f : functions) m = std::max(m, f.registers);
+  for (const auto& f : functions)
+    m = std::max(m, f.registers);
   return m;
 }
 long long ResourceReport::max_static_shared_bytes() const {
   long long m = 0;
-  for (const auto& f : functions) m = std::max(m, f.static_shared_bytes);
+  for (const auto& f : functions)
+    m = std::max(m, f.static_shared_bytes);
   return m;
 }
 long long ResourceReport::max_stack_frame_bytes() const {
   long long m = 0;
-  for (const auto& f : functions) m = std::max(m, f.stack_frame_bytes);
+  for (const auto& f : functions)
+    m = std::max(m, f.stack_frame_bytes);
   return m;
 }
 bool ResourceReport::spills() const {
@@ -184,17 +191,26 @@ std::vector<std::string> Compiler::command_line(const KernelFile& file, const Va
                                                 const fs::path& output) const {
   std::vector<std::string> cmd;
   if (variant.backend == Backend::cuda) {
-    cmd = {options_.nvcc, "-std=c++20", "-O3", "-shared", "-Xcompiler", "-fPIC",
-           "-gencode=" + gencode_for(variant.arch), "-cudart", "shared", "-lineinfo",
-           "-Xptxas", "-v"};
+    cmd = {options_.nvcc,
+           "-std=c++20",
+           "-O3",
+           "-shared",
+           "-Xcompiler",
+           "-fPIC",
+           "-gencode=" + gencode_for(variant.arch),
+           "-cudart",
+           "shared",
+           "-lineinfo",
+           "-Xptxas",
+           "-v"};
   } else {
-    cmd = {options_.cxx, "-std=c++20", "-O3", "-shared", "-fPIC", "-fvisibility=hidden",
-           "-Wall"};
+    cmd = {options_.cxx, "-std=c++20", "-O3", "-shared", "-fPIC", "-fvisibility=hidden", "-Wall"};
   }
   cmd.push_back("-I" + options_.include_dir.string());
   cmd.push_back("-I" + fs::absolute(file.path).parent_path().string());
   cmd.push_back(elem_macro(variant.dtype));
-  for (const auto& [name, value] : variant.params) cmd.push_back(fmt::format("-D{}={}", name, value));
+  for (const auto& [name, value] : variant.params)
+    cmd.push_back(fmt::format("-D{}={}", name, value));
   cmd.push_back(source.string());
   cmd.push_back("-o");
   cmd.push_back(output.string());
@@ -232,14 +248,16 @@ std::string Compiler::headers_fingerprint(const KernelFile& file) const {
   }
   std::sort(headers.begin(), headers.end());
   Hasher h;
-  for (const auto& p : headers) h.add(p.filename().string()).add(read_file(p));
+  for (const auto& p : headers)
+    h.add(p.filename().string()).add(read_file(p));
   return h.hex();
 }
 
 std::string Compiler::cache_key(const KernelFile& file, const Variant& variant) const {
   Hasher h;
   h.add("kforge-module-v1").add(file.source).add(headers_fingerprint(file));
-  for (const auto& arg : command_line(file, variant, "SOURCE", "OUTPUT")) h.add(arg);
+  for (const auto& arg : command_line(file, variant, "SOURCE", "OUTPUT"))
+    h.add(arg);
   h.add(compiler_version(variant.backend));
   return h.hex();
 }
@@ -256,7 +274,8 @@ CompileResult Compiler::compile(const KernelFile& file, const Variant& variant) 
     result.module = module;
     result.log = read_file(entry / "build.log");
     result.command = read_file(entry / "command.txt");
-    result.resources = resources_from_json(nlohmann::json::parse(read_file(entry / "resources.json")));
+    result.resources =
+        resources_from_json(nlohmann::json::parse(read_file(entry / "resources.json")));
     return result;
   }
 

@@ -42,18 +42,18 @@ struct CompileResult {
   bool ok = false;
   std::filesystem::path module;  // the shared library, when ok
   ResourceReport resources;
-  std::string log;               // compiler output (the error, when !ok)
-  std::string command;           // the command line, for people
+  std::string log;      // compiler output (the error, when !ok)
+  std::string command;  // the command line, for people
   bool from_cache = false;
-  double seconds = 0;            // compile time (0 for a cache hit)
+  double seconds = 0;  // compile time (0 for a cache hit)
 };
 
 struct CompilerOptions {
   std::filesystem::path cache_dir;    // default: default_cache_dir()
   std::filesystem::path include_dir;  // kforge's include/; default: found beside the binary
-  std::string nvcc = "";              // default: $KFORGE_NVCC, nvcc on PATH, /usr/local/cuda/bin/nvcc
-  std::string cxx = "";               // default: $CXX or c++
-  bool keep_intermediates = false;    // also keep PTX, cubin and SASS beside the module
+  std::string nvcc = "";            // default: $KFORGE_NVCC, nvcc on PATH, /usr/local/cuda/bin/nvcc
+  std::string cxx = "";             // default: $CXX or c++
+  bool keep_intermediates = false;  // also keep PTX, cubin and SASS beside the module
 };
 
 std::filesystem::path default_cache_dir();

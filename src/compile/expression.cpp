@@ -13,7 +13,9 @@ namespace {
 
 // muParser computes in double; every value here is an integer well inside 2^53, so rounding
 // the operands and the result keeps the arithmetic exact.
-long long as_integer(double v) { return std::llround(v); }
+long long as_integer(double v) {
+  return std::llround(v);
+}
 
 double divide(double a, double b) {
   if (as_integer(b) == 0) throw mu::ParserError("division by zero");
@@ -23,21 +25,51 @@ double remainder_of(double a, double b) {
   if (as_integer(b) == 0) throw mu::ParserError("remainder by zero");
   return static_cast<double>(as_integer(a) % as_integer(b));
 }
-double add(double a, double b) { return a + b; }
-double subtract(double a, double b) { return a - b; }
-double multiply(double a, double b) { return a * b; }
-double less(double a, double b) { return a < b; }
-double less_equal(double a, double b) { return a <= b; }
-double greater(double a, double b) { return a > b; }
-double greater_equal(double a, double b) { return a >= b; }
-double equal(double a, double b) { return as_integer(a) == as_integer(b); }
-double not_equal(double a, double b) { return as_integer(a) != as_integer(b); }
-double logical_and(double a, double b) { return (a != 0) && (b != 0); }
-double logical_or(double a, double b) { return (a != 0) || (b != 0); }
-double negate(double a) { return -a; }
-double logical_not(double a) { return a == 0; }
-double minimum(double a, double b) { return std::min(a, b); }
-double maximum(double a, double b) { return std::max(a, b); }
+double add(double a, double b) {
+  return a + b;
+}
+double subtract(double a, double b) {
+  return a - b;
+}
+double multiply(double a, double b) {
+  return a * b;
+}
+double less(double a, double b) {
+  return a < b;
+}
+double less_equal(double a, double b) {
+  return a <= b;
+}
+double greater(double a, double b) {
+  return a > b;
+}
+double greater_equal(double a, double b) {
+  return a >= b;
+}
+double equal(double a, double b) {
+  return as_integer(a) == as_integer(b);
+}
+double not_equal(double a, double b) {
+  return as_integer(a) != as_integer(b);
+}
+double logical_and(double a, double b) {
+  return (a != 0) && (b != 0);
+}
+double logical_or(double a, double b) {
+  return (a != 0) || (b != 0);
+}
+double negate(double a) {
+  return -a;
+}
+double logical_not(double a) {
+  return a == 0;
+}
+double minimum(double a, double b) {
+  return std::min(a, b);
+}
+double maximum(double a, double b) {
+  return std::max(a, b);
+}
 
 void configure(mu::Parser& parser) {
   parser.EnableBuiltInOprt(false);

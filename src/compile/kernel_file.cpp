@@ -89,7 +89,8 @@ class HeaderParser {
 
   void parse_line(const std::string& body, int line) {
     const auto colon = body.find(':');
-    if (colon == std::string::npos) fail(line, fmt::format("expected 'key: value', got '{}'", body));
+    if (colon == std::string::npos)
+      fail(line, fmt::format("expected 'key: value', got '{}'", body));
     const std::string key = trim(body.substr(0, colon));
     const std::string value = trim(body.substr(colon + 1));
     if (value.empty()) fail(line, fmt::format("'{}' has no value", key));
@@ -137,15 +138,16 @@ class HeaderParser {
     static const std::regex pattern(R"(^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\S+)\s+in\s+\{(.*)\}$)");
     std::smatch m;
     if (!std::regex_match(value, m, pattern)) {
-      fail(line, fmt::format("param: expected 'NAME = DEFAULT in {{V1, V2, ...}}', got '{}'", value));
+      fail(line,
+           fmt::format("param: expected 'NAME = DEFAULT in {{V1, V2, ...}}', got '{}'", value));
     }
     TunableParam param;
     param.name = m[1];
     param.line = line;
     check_new_name(param.name, line);
     if (!parse_integer(m[2], &param.default_value)) {
-      fail(line, fmt::format("param {}: default '{}' is not an integer", param.name,
-                             std::string(m[2])));
+      fail(line,
+           fmt::format("param {}: default '{}' is not an integer", param.name, std::string(m[2])));
     }
     for (const auto& item : split(std::string(m[3]), ',')) {
       long long v = 0;
@@ -171,10 +173,12 @@ class HeaderParser {
       fail(line, fmt::format("'{}' is not an upper-case identifier (A-Z, 0-9, _)", name));
     }
     for (const auto& p : file_.params) {
-      if (p.name == name) fail(line, fmt::format("'{}' is already declared on line {}", name, p.line));
+      if (p.name == name)
+        fail(line, fmt::format("'{}' is already declared on line {}", name, p.line));
     }
     for (const auto& d : file_.derived) {
-      if (d.name == name) fail(line, fmt::format("'{}' is already declared on line {}", name, d.line));
+      if (d.name == name)
+        fail(line, fmt::format("'{}' is already declared on line {}", name, d.line));
     }
   }
 
@@ -233,13 +237,16 @@ bool KernelFile::supports(DType dtype) const {
 
 ParamValues KernelFile::resolve_params(const ParamValues& overrides) const {
   ParamValues values;
-  for (const auto& p : params) values[p.name] = p.default_value;
+  for (const auto& p : params)
+    values[p.name] = p.default_value;
   for (const auto& [name, value] : overrides) {
     if (!values.contains(name)) {
       std::vector<std::string> names;
-      for (const auto& p : params) names.push_back(p.name);
-      throw UsageError(fmt::format("{} has no parameter '{}' (it has: {})", path.string(), name,
-                                   names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+      for (const auto& p : params)
+        names.push_back(p.name);
+      throw UsageError(
+          fmt::format("{} has no parameter '{}' (it has: {})", path.string(), name,
+                      names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
     }
     values[name] = value;
   }
@@ -249,7 +256,8 @@ ParamValues KernelFile::resolve_params(const ParamValues& overrides) const {
 ParamValues KernelFile::with_derived(const ParamValues& params_in, const Bindings& context) const {
   ParamValues values = params_in;
   Bindings bindings = context;
-  for (const auto& [name, value] : params_in) bindings[name] = value;
+  for (const auto& [name, value] : params_in)
+    bindings[name] = value;
   for (const auto& d : derived) {
     const long long v = d.expression.evaluate(bindings);
     values[d.name] = v;

@@ -16,7 +16,7 @@ struct Variant {
   ParamValues params;       // tunables and derived values
   DType dtype = DType::f32;
   Backend backend = Backend::cuda;
-  std::string arch;         // "sm_90a", or "host" for the CPU backend
+  std::string arch;  // "sm_90a", or "host" for the CPU backend
 
   static Variant make(const KernelFile& file, const ParamValues& params, DType dtype,
                       const std::string& arch);

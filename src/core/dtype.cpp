@@ -11,12 +11,18 @@ namespace kforge {
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::i32:
+      return "i32";
+    case DType::i64:
+      return "i64";
   }
   return "?";
 }
@@ -34,48 +40,69 @@ std::optional<DType> parse_dtype(std::string_view name) {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::f16:
-    case DType::bf16: return 2;
+    case DType::bf16:
+      return 2;
     case DType::f32:
-    case DType::i32: return 4;
+    case DType::i32:
+      return 4;
     case DType::f64:
-    case DType::i64: return 8;
+    case DType::i64:
+      return 8;
   }
   return 0;
 }
 
 kf_dtype to_abi(DType dtype) {
   switch (dtype) {
-    case DType::f16: return KF_DTYPE_F16;
-    case DType::bf16: return KF_DTYPE_BF16;
-    case DType::f32: return KF_DTYPE_F32;
-    case DType::f64: return KF_DTYPE_F64;
-    case DType::i32: return KF_DTYPE_I32;
-    case DType::i64: return KF_DTYPE_I64;
+    case DType::f16:
+      return KF_DTYPE_F16;
+    case DType::bf16:
+      return KF_DTYPE_BF16;
+    case DType::f32:
+      return KF_DTYPE_F32;
+    case DType::f64:
+      return KF_DTYPE_F64;
+    case DType::i32:
+      return KF_DTYPE_I32;
+    case DType::i64:
+      return KF_DTYPE_I64;
   }
   return KF_DTYPE_F32;
 }
 
-bool is_floating(DType dtype) { return dtype != DType::i32 && dtype != DType::i64; }
+bool is_floating(DType dtype) {
+  return dtype != DType::i32 && dtype != DType::i64;
+}
 
 double dtype_max(DType dtype) {
   switch (dtype) {
-    case DType::f16: return 65504.0;
-    case DType::bf16: return 3.3895313892515355e38;
-    case DType::f32: return std::numeric_limits<float>::max();
-    case DType::f64: return std::numeric_limits<double>::max();
-    case DType::i32: return std::numeric_limits<int32_t>::max();
-    case DType::i64: return 9.2233720368547758e18;
+    case DType::f16:
+      return 65504.0;
+    case DType::bf16:
+      return 3.3895313892515355e38;
+    case DType::f32:
+      return std::numeric_limits<float>::max();
+    case DType::f64:
+      return std::numeric_limits<double>::max();
+    case DType::i32:
+      return std::numeric_limits<int32_t>::max();
+    case DType::i64:
+      return 9.2233720368547758e18;
   }
   return 0;
 }
 
 double dtype_min_normal(DType dtype) {
   switch (dtype) {
-    case DType::f16: return 6.103515625e-05;
+    case DType::f16:
+      return 6.103515625e-05;
     case DType::bf16:
-    case DType::f32: return std::numeric_limits<float>::min();
-    case DType::f64: return std::numeric_limits<double>::min();
-    default: return 1;
+    case DType::f32:
+      return std::numeric_limits<float>::min();
+    case DType::f64:
+      return std::numeric_limits<double>::min();
+    default:
+      return 1;
   }
 }
 
@@ -132,7 +159,9 @@ void store_element(std::byte* data, DType dtype, size_t i, double v) {
       std::memcpy(data + 4 * i, &f, 4);
       return;
     }
-    case DType::f64: std::memcpy(data + 8 * i, &v, 8); return;
+    case DType::f64:
+      std::memcpy(data + 8 * i, &v, 8);
+      return;
     case DType::i32: {
       const auto n = static_cast<int32_t>(v);
       std::memcpy(data + 4 * i, &n, 4);
@@ -147,7 +176,8 @@ void store_element(std::byte* data, DType dtype, size_t i, double v) {
 }
 
 void widen_to_double(const std::byte* data, DType dtype, std::span<double> out) {
-  for (size_t i = 0; i < out.size(); ++i) out[i] = load_element(data, dtype, i);
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = load_element(data, dtype, i);
 }
 
 void fill_nan(std::byte* data, DType dtype, size_t count) {
@@ -155,20 +185,24 @@ void fill_nan(std::byte* data, DType dtype, size_t count) {
     case DType::f16:
     case DType::bf16: {
       const uint16_t pattern = dtype == DType::f16 ? 0x7e00 : 0x7fc0;
-      for (size_t i = 0; i < count; ++i) std::memcpy(data + 2 * i, &pattern, 2);
+      for (size_t i = 0; i < count; ++i)
+        std::memcpy(data + 2 * i, &pattern, 2);
       return;
     }
     case DType::f32: {
       const float nan = std::numeric_limits<float>::quiet_NaN();
-      for (size_t i = 0; i < count; ++i) std::memcpy(data + 4 * i, &nan, 4);
+      for (size_t i = 0; i < count; ++i)
+        std::memcpy(data + 4 * i, &nan, 4);
       return;
     }
     case DType::f64: {
       const double nan = std::numeric_limits<double>::quiet_NaN();
-      for (size_t i = 0; i < count; ++i) std::memcpy(data + 8 * i, &nan, 8);
+      for (size_t i = 0; i < count; ++i)
+        std::memcpy(data + 8 * i, &nan, 8);
       return;
     }
-    default: throw Error("fill_nan: integer tensors have no NaN");
+    default:
+      throw Error("fill_nan: integer tensors have no NaN");
   }
 }
 

@@ -13,7 +13,9 @@ struct Hasher::State {
   XXH3_state_t xxh;
 };
 
-Hasher::Hasher() : state_(std::make_unique<State>()) { XXH3_128bits_reset(&state_->xxh); }
+Hasher::Hasher() : state_(std::make_unique<State>()) {
+  XXH3_128bits_reset(&state_->xxh);
+}
 Hasher::~Hasher() = default;
 
 Hasher& Hasher::add(std::string_view field) {
@@ -28,6 +30,8 @@ std::string Hasher::hex() const {
   return fmt::format("{:016x}{:016x}", h.high64, h.low64);
 }
 
-std::string hash_hex(std::string_view data) { return Hasher().add(data).hex(); }
+std::string hash_hex(std::string_view data) {
+  return Hasher().add(data).hex();
+}
 
 }  // namespace kforge

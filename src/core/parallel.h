@@ -14,7 +14,8 @@ void parallel_for(int64_t count, Body body, int64_t min_per_thread = 1) {
   const int64_t hw = std::max(1u, std::thread::hardware_concurrency());
   const int64_t threads = std::clamp<int64_t>(count / std::max<int64_t>(1, min_per_thread), 1, hw);
   if (threads <= 1) {
-    for (int64_t i = 0; i < count; ++i) body(i);
+    for (int64_t i = 0; i < count; ++i)
+      body(i);
     return;
   }
   std::vector<std::jthread> pool;
@@ -22,7 +23,8 @@ void parallel_for(int64_t count, Body body, int64_t min_per_thread = 1) {
   for (int64_t t = 0; t < threads; ++t) {
     pool.emplace_back([=, &body] {
       const int64_t end = std::min(count, (t + 1) * chunk);
-      for (int64_t i = t * chunk; i < end; ++i) body(i);
+      for (int64_t i = t * chunk; i < end; ++i)
+        body(i);
     });
   }
 }

@@ -1,15 +1,15 @@
 #include "core/process.h"
 
-#include <cerrno>
-#include <csignal>
-#include <cstring>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <thread>
 #include <utility>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -24,7 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 std::vector<char*> to_c_argv(const std::vector<std::string>& argv) {
   std::vector<char*> out;
-  for (const auto& a : argv) out.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : argv)
+    out.push_back(const_cast<char*>(a.c_str()));
   out.push_back(nullptr);
   return out;
 }
@@ -72,8 +73,7 @@ std::string ExitStatus::describe() const {
   return "unknown exit";
 }
 
-CommandResult run_command(const std::vector<std::string>& argv,
-                          std::chrono::milliseconds timeout) {
+CommandResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
   Pipe out;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);

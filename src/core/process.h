@@ -2,19 +2,19 @@
 // children that talk over pipes (workers).
 #pragma once
 
+#include <sys/types.h>
 #include <chrono>
 #include <optional>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 namespace kforge {
 
 struct CommandResult {
-  int exit_code = -1;     // valid when !signaled and !timed_out
-  int signal = 0;         // the signal that ended it, if any
+  int exit_code = -1;  // valid when !signaled and !timed_out
+  int signal = 0;      // the signal that ended it, if any
   bool timed_out = false;
-  std::string output;     // stdout and stderr, interleaved
+  std::string output;  // stdout and stderr, interleaved
   bool ok() const { return !timed_out && signal == 0 && exit_code == 0; }
 };
 
@@ -26,7 +26,7 @@ CommandResult run_command(const std::vector<std::string>& argv,
 struct ExitStatus {
   bool exited = false;  // normal exit; code in exit_code
   int exit_code = 0;
-  int signal = 0;       // killed by this signal
+  int signal = 0;  // killed by this signal
   std::string describe() const;
 };
 

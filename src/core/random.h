@@ -12,7 +12,8 @@ class Rng {
  public:
   Rng(uint64_t seed, uint64_t stream) {
     uint64_t x = seed ^ (stream * 0x9e3779b97f4a7c15ull);
-    for (auto& s : state_) s = splitmix(x);
+    for (auto& s : state_)
+      s = splitmix(x);
   }
 
   uint64_t next() {

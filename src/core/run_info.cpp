@@ -1,9 +1,9 @@
 #include "core/run_info.h"
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -24,9 +24,9 @@ GitState git_state() {
       run_command({"git", "-C", KFORGE_SOURCE_DIR, "rev-parse", "HEAD"}, std::chrono::seconds(10));
   if (!head.ok()) return g;
   g.sha = head.output.substr(0, head.output.find('\n'));
-  const CommandResult status = run_command(
-      {"git", "-C", KFORGE_SOURCE_DIR, "status", "--porcelain", "--untracked-files=no"},
-      std::chrono::seconds(10));
+  const CommandResult status =
+      run_command({"git", "-C", KFORGE_SOURCE_DIR, "status", "--porcelain", "--untracked-files=no"},
+                  std::chrono::seconds(10));
   g.dirty = status.ok() && !status.output.empty();
   return g;
 }

@@ -1,9 +1,9 @@
 #include "device/ceilings.h"
 
+#include <unistd.h>
 #include <chrono>
 #include <fstream>
 #include <regex>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -46,9 +46,8 @@ Ceilings device_ceilings(WorkerClient& worker, const fs::path& cache_dir, bool r
   if (progress) progress(fmt::format("measuring ceilings of {} (once per device)...", device.name));
   const WorkerReply reply = worker.request({{"op", "ceilings"}}, std::chrono::minutes(5));
   if (!reply.ok()) throw Error(fmt::format("measuring ceilings failed: {}", reply.detail));
-  nlohmann::json record = {{"device", device},
-                           {"ceilings", reply.body.at("ceilings")},
-                           {"date", utc_timestamp()}};
+  nlohmann::json record = {
+      {"device", device}, {"ceilings", reply.body.at("ceilings")}, {"date", utc_timestamp()}};
   fs::create_directories(path.parent_path());
   const fs::path tmp = path.string() + fmt::format(".tmp{}", getpid());
   {

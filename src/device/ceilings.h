@@ -22,7 +22,7 @@ struct Ceilings {
 };
 
 // Loads the cached ceilings of the worker's device, or measures them (refresh forces that).
-Ceilings device_ceilings(WorkerClient& worker, const std::filesystem::path& cache_dir,
-                         bool refresh, const std::function<void(const std::string&)>& progress);
+Ceilings device_ceilings(WorkerClient& worker, const std::filesystem::path& cache_dir, bool refresh,
+                         const std::function<void(const std::string&)>& progress);
 
 }  // namespace kforge

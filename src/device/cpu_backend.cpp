@@ -130,7 +130,8 @@ DeviceInfo cpu_device_info() {
   if (meminfo >> key >> kb) d.total_memory = kb * 1024;
   d.l2_bytes = parse_cache_size(read_first_line("/sys/devices/system/cpu/cpu0/cache/index3/size"));
   if (d.l2_bytes == 0) {
-    d.l2_bytes = parse_cache_size(read_first_line("/sys/devices/system/cpu/cpu0/cache/index2/size"));
+    d.l2_bytes =
+        parse_cache_size(read_first_line("/sys/devices/system/cpu/cpu0/cache/index2/size"));
   }
   // Limits that CUDA kernels would be checked against have no meaning here; give generous
   // values so that CPU kernel files may still use the same expressions.
@@ -143,6 +144,8 @@ DeviceInfo cpu_device_info() {
   return d;
 }
 
-std::unique_ptr<DeviceBackend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<DeviceBackend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace kforge

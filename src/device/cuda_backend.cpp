@@ -21,11 +21,13 @@ std::string format_uuid(const cudaUUID_t& uuid) {
   return fmt::format(
       "GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}"
       "{:02x}{:02x}",
-      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-      b[14], b[15]);
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+      b[15]);
 }
 
-std::string version_text(int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); }
+std::string version_text(int v) {
+  return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
 
 DeviceInfo query_device(int index) {
   cudaDeviceProp p{};
@@ -56,8 +58,8 @@ DeviceInfo query_device(int index) {
 
 // Maps a CUDA error raised by device code or a launch to the exception the worker reports.
 [[noreturn]] void raise_device_error(cudaError_t err, const char* where) {
-  const std::string what = fmt::format("{}: {} ({})", where, cudaGetErrorName(err),
-                                       cudaGetErrorString(err));
+  const std::string what =
+      fmt::format("{}: {} ({})", where, cudaGetErrorName(err), cudaGetErrorString(err));
   if (err == cudaErrorMemoryAllocation) throw OutOfMemory(what);
   throw KernelFault(what);
 }
@@ -112,7 +114,8 @@ class CudaBackend final : public DeviceBackend {
   double time_once(const std::function<void()>& launch, bool cold_cache) override {
     // The flush keeps the GPU busy while the events and the launch are queued behind it, so the
     // launch latency of the host stays out of the measured interval.
-    if (cold_cache) check(cudaMemsetAsync(flush_, ++flush_round_ & 0xff, flush_bytes_, stream_), "flush");
+    if (cold_cache)
+      check(cudaMemsetAsync(flush_, ++flush_round_ & 0xff, flush_bytes_, stream_), "flush");
     check(cudaEventRecord(start_, stream_), "event");
     launch();
     check_launch();
@@ -141,7 +144,8 @@ class CudaBackend final : public DeviceBackend {
     StoppingRule rule;
     rule.min_samples = 10;
     rule.max_seconds = 5;
-    for (int i = 0; i < 3; ++i) time_once(launch, cold_cache);  // warm-up
+    for (int i = 0; i < 3; ++i)
+      time_once(launch, cold_cache);  // warm-up
     std::vector<double> samples;
     std::string reason;
     const auto start = std::chrono::steady_clock::now();
@@ -175,7 +179,8 @@ class CudaBackend final : public DeviceBackend {
     std::vector<__nv_bfloat16> host(elems);
     std::mt19937 rng(1234);
     std::normal_distribution<float> normal(0.f, 1.f);
-    for (auto& v : host) v = __float2bfloat16(normal(rng));
+    for (auto& v : host)
+      v = __float2bfloat16(normal(rng));
     auto* a = static_cast<__nv_bfloat16*>(allocate(elems * 2));
     auto* b = static_cast<__nv_bfloat16*>(allocate(elems * 2));
     auto* c = static_cast<__nv_bfloat16*>(allocate(elems * 2));
@@ -221,7 +226,8 @@ std::vector<DeviceInfo> list_cuda_devices() {
     return {};
   }
   std::vector<DeviceInfo> devices;
-  for (int i = 0; i < count; ++i) devices.push_back(query_device(i));
+  for (int i = 0; i < count; ++i)
+    devices.push_back(query_device(i));
   return devices;
 }
 

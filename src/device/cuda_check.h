@@ -23,18 +23,18 @@ namespace kforge::detail {
 
 }  // namespace kforge::detail
 
-#define KF_CUDA_CHECK(call)                                                         \
-  do {                                                                              \
-    const cudaError_t kf_err_ = (call);                                             \
-    if (kf_err_ != cudaSuccess) {                                                   \
-      ::kforge::detail::throw_cuda_error(kf_err_, #call, __FILE__, __LINE__);       \
-    }                                                                               \
+#define KF_CUDA_CHECK(call)                                                   \
+  do {                                                                        \
+    const cudaError_t kf_err_ = (call);                                       \
+    if (kf_err_ != cudaSuccess) {                                             \
+      ::kforge::detail::throw_cuda_error(kf_err_, #call, __FILE__, __LINE__); \
+    }                                                                         \
   } while (0)
 
-#define KF_CUBLAS_CHECK(call)                                                       \
-  do {                                                                              \
-    const cublasStatus_t kf_status_ = (call);                                       \
-    if (kf_status_ != CUBLAS_STATUS_SUCCESS) {                                      \
-      ::kforge::detail::throw_cublas_error(kf_status_, #call, __FILE__, __LINE__);  \
-    }                                                                               \
+#define KF_CUBLAS_CHECK(call)                                                      \
+  do {                                                                             \
+    const cublasStatus_t kf_status_ = (call);                                      \
+    if (kf_status_ != CUBLAS_STATUS_SUCCESS) {                                     \
+      ::kforge::detail::throw_cublas_error(kf_status_, #call, __FILE__, __LINE__); \
+    }                                                                              \
   } while (0)

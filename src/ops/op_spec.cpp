@@ -20,13 +20,20 @@ constexpr int64_t kChunk = 1 << 20;  // elements per independently seeded chunk
 double shape_value(InputKind kind, double z, double u, int64_t i, double max_magnitude,
                    double min_normal, double constant) {
   switch (kind) {
-    case InputKind::normal: return z;
-    case InputKind::near_max: return (z < 0 ? -1.0 : 1.0) * max_magnitude * (0.5 + 0.5 * u);
-    case InputKind::near_zero: return z * 16.0 * min_normal;
-    case InputKind::mixed_scales: return z * (((i / 64) % 2 == 0) ? 1e3 : 1e-3);
-    case InputKind::all_zeros: return 0.0;
-    case InputKind::all_equal: return constant;
-    case InputKind::very_negative: return -max_magnitude * (0.5 + 0.5 * u);
+    case InputKind::normal:
+      return z;
+    case InputKind::near_max:
+      return (z < 0 ? -1.0 : 1.0) * max_magnitude * (0.5 + 0.5 * u);
+    case InputKind::near_zero:
+      return z * 16.0 * min_normal;
+    case InputKind::mixed_scales:
+      return z * (((i / 64) % 2 == 0) ? 1e3 : 1e-3);
+    case InputKind::all_zeros:
+      return 0.0;
+    case InputKind::all_equal:
+      return constant;
+    case InputKind::very_negative:
+      return -max_magnitude * (0.5 + 0.5 * u);
   }
   return z;
 }
@@ -35,20 +42,28 @@ double shape_value(InputKind kind, double z, double u, int64_t i, double max_mag
 
 std::string_view input_kind_name(InputKind kind) {
   switch (kind) {
-    case InputKind::normal: return "normal";
-    case InputKind::near_max: return "near_max";
-    case InputKind::near_zero: return "near_zero";
-    case InputKind::mixed_scales: return "mixed_scales";
-    case InputKind::all_zeros: return "all_zeros";
-    case InputKind::all_equal: return "all_equal";
-    case InputKind::very_negative: return "very_negative";
+    case InputKind::normal:
+      return "normal";
+    case InputKind::near_max:
+      return "near_max";
+    case InputKind::near_zero:
+      return "near_zero";
+    case InputKind::mixed_scales:
+      return "mixed_scales";
+    case InputKind::all_zeros:
+      return "all_zeros";
+    case InputKind::all_equal:
+      return "all_equal";
+    case InputKind::very_negative:
+      return "very_negative";
   }
   return "?";
 }
 
 int64_t HostTensor::numel() const {
   int64_t n = 1;
-  for (const auto d : shape) n *= d;
+  for (const auto d : shape)
+    n *= d;
   return n;
 }
 
@@ -131,13 +146,15 @@ Sizes OpSpec::parse_shape(std::string_view text) const {
                                  fmt::join(names, "x"), names.size(), text));
   }
   Sizes sizes;
-  for (size_t i = 0; i < names.size(); ++i) sizes[names[i]] = values[i];
+  for (size_t i = 0; i < names.size(); ++i)
+    sizes[names[i]] = values[i];
   return sizes;
 }
 
 std::string OpSpec::format_shape(const Sizes& sizes) const {
   std::vector<int64_t> values;
-  for (const auto& n : size_names()) values.push_back(sizes.at(n));
+  for (const auto& n : size_names())
+    values.push_back(sizes.at(n));
   return fmt::format("{}", fmt::join(values, "x"));
 }
 

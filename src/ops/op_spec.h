@@ -49,9 +49,9 @@ struct Cost {
 // stage's adversarial inputs.
 enum class InputKind {
   normal,
-  near_max,       // |x| near the largest magnitude the op must handle in this dtype
-  near_zero,      // |x| a few times the smallest normal value
-  mixed_scales,   // blocks of 1e3 and 1e-3
+  near_max,      // |x| near the largest magnitude the op must handle in this dtype
+  near_zero,     // |x| a few times the smallest normal value
+  mixed_scales,  // blocks of 1e3 and 1e-3
   all_zeros,
   all_equal,
   very_negative,  // large negative values (softmax-like ops)

@@ -27,13 +27,15 @@ const OpSpec* find_op(std::string_view name) {
 
 std::vector<const OpSpec*> all_ops() {
   std::vector<const OpSpec*> out;
-  for (const auto& spec : registry()) out.push_back(spec.get());
+  for (const auto& spec : registry())
+    out.push_back(spec.get());
   return out;
 }
 
 std::string op_names() {
   std::vector<std::string_view> names;
-  for (const auto& spec : registry()) names.push_back(spec->name());
+  for (const auto& spec : registry())
+    names.push_back(spec->name());
   return fmt::format("{}", fmt::join(names, ", "));
 }
 

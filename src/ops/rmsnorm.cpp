@@ -27,9 +27,12 @@ class RmsNorm final : public OpSpec {
             {"xlarge", {{"M", 8192}, {"N", 8192}}}};
   }
   std::vector<SizeCase> edge_sizes() const override {
-    return {{"edge_1023", {{"M", 1023}, {"N", 768}}}, {"edge_4097", {{"M", 4097}, {"N", 1024}}},
-            {"one_row", {{"M", 1}, {"N", 4096}}},     {"one_col", {{"M", 257}, {"N", 1}}},
-            {"odd_width", {{"M", 33}, {"N", 1023}}},  {"prime_width", {{"M", 7}, {"N", 4099}}},
+    return {{"edge_1023", {{"M", 1023}, {"N", 768}}},
+            {"edge_4097", {{"M", 4097}, {"N", 1024}}},
+            {"one_row", {{"M", 1}, {"N", 4096}}},
+            {"one_col", {{"M", 257}, {"N", 1}}},
+            {"odd_width", {{"M", 33}, {"N", 1023}}},
+            {"prime_width", {{"M", 7}, {"N", 4099}}},
             {"tiny", {{"M", 3}, {"N", 5}}}};
   }
   std::vector<SizeCase> bench_sizes() const override { return test_sizes(); }
@@ -37,9 +40,12 @@ class RmsNorm final : public OpSpec {
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
     switch (dtype) {
-      case DType::f16: return {1e-2, 1e-2};
-      case DType::bf16: return {2e-2, 2e-2};
-      default: return {1e-5, 1e-5};
+      case DType::f16:
+        return {1e-2, 1e-2};
+      case DType::bf16:
+        return {2e-2, 2e-2};
+      default:
+        return {1e-5, 1e-5};
     }
   }
 
@@ -59,13 +65,18 @@ class RmsNorm final : public OpSpec {
     const auto& x = in[0];
     const auto& w = in[1];
     auto& y = out[0];
-    parallel_for(m, [&](int64_t row) {
-      const double* xr = x.data() + row * n;
-      double sum_squares = 0;
-      for (int64_t j = 0; j < n; ++j) sum_squares += xr[j] * xr[j];
-      const double inv_rms = 1.0 / std::sqrt(sum_squares / static_cast<double>(n) + eps);
-      for (int64_t j = 0; j < n; ++j) y[row * n + j] = xr[j] * inv_rms * w[j];
-    }, 16);
+    parallel_for(
+        m,
+        [&](int64_t row) {
+          const double* xr = x.data() + row * n;
+          double sum_squares = 0;
+          for (int64_t j = 0; j < n; ++j)
+            sum_squares += xr[j] * xr[j];
+          const double inv_rms = 1.0 / std::sqrt(sum_squares / static_cast<double>(n) + eps);
+          for (int64_t j = 0; j < n; ++j)
+            y[row * n + j] = xr[j] * inv_rms * w[j];
+        },
+        16);
   }
 
   Cost cost(const Sizes& sizes, DType dtype) const override {
@@ -77,6 +88,8 @@ class RmsNorm final : public OpSpec {
 
 }  // namespace
 
-std::unique_ptr<OpSpec> make_rmsnorm_spec() { return std::make_unique<RmsNorm>(); }
+std::unique_ptr<OpSpec> make_rmsnorm_spec() {
+  return std::make_unique<RmsNorm>();
+}
 
 }  // namespace kforge

@@ -17,14 +17,11 @@ class Softmax final : public OpSpec {
   }
 
   std::vector<SizeCase> test_sizes() const override {
-    return {{"tiny", {{"rows", 32}, {"cols", 128}}},
-            {"small", {{"rows", 256}, {"cols", 512}}},
-            {"medium", {{"rows", 1024}, {"cols", 1024}}},
-            {"large", {{"rows", 4096}, {"cols", 4096}}},
-            {"xlarge", {{"rows", 8192}, {"cols", 8192}}},
-            {"wide", {{"rows", 1024}, {"cols", 32768}}},
-            {"narrow", {{"rows", 32768}, {"cols", 128}}},
-            {"vocab", {{"rows", 4096}, {"cols", 50257}}}};
+    return {
+        {"tiny", {{"rows", 32}, {"cols", 128}}},      {"small", {{"rows", 256}, {"cols", 512}}},
+        {"medium", {{"rows", 1024}, {"cols", 1024}}}, {"large", {{"rows", 4096}, {"cols", 4096}}},
+        {"xlarge", {{"rows", 8192}, {"cols", 8192}}}, {"wide", {{"rows", 1024}, {"cols", 32768}}},
+        {"narrow", {{"rows", 32768}, {"cols", 128}}}, {"vocab", {{"rows", 4096}, {"cols", 50257}}}};
   }
   std::vector<SizeCase> edge_sizes() const override {
     return {{"edge_1023", {{"rows", 1023}, {"cols", 1023}}},
@@ -40,9 +37,12 @@ class Softmax final : public OpSpec {
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
     switch (dtype) {
-      case DType::f16: return {1e-3, 1e-3};
-      case DType::bf16: return {2e-3, 2e-3};
-      default: return {1e-5, 1e-5};
+      case DType::f16:
+        return {1e-3, 1e-3};
+      case DType::bf16:
+        return {2e-3, 2e-3};
+      default:
+        return {1e-5, 1e-5};
     }
   }
   std::vector<InputKind> stability_kinds() const override {
@@ -56,14 +56,20 @@ class Softmax final : public OpSpec {
     const int64_t rows = sizes.at("rows"), cols = sizes.at("cols");
     const auto& x = in[0];
     auto& y = out[0];
-    parallel_for(rows, [&](int64_t r) {
-      const double* xr = x.data() + r * cols;
-      double row_max = -INFINITY;
-      for (int64_t c = 0; c < cols; ++c) row_max = std::max(row_max, xr[c]);
-      double sum = 0;
-      for (int64_t c = 0; c < cols; ++c) sum += std::exp(xr[c] - row_max);
-      for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = std::exp(xr[c] - row_max) / sum;
-    }, 16);
+    parallel_for(
+        rows,
+        [&](int64_t r) {
+          const double* xr = x.data() + r * cols;
+          double row_max = -INFINITY;
+          for (int64_t c = 0; c < cols; ++c)
+            row_max = std::max(row_max, xr[c]);
+          double sum = 0;
+          for (int64_t c = 0; c < cols; ++c)
+            sum += std::exp(xr[c] - row_max);
+          for (int64_t c = 0; c < cols; ++c)
+            y[r * cols + c] = std::exp(xr[c] - row_max) / sum;
+        },
+        16);
   }
 
   Cost cost(const Sizes& sizes, DType dtype) const override {
@@ -75,6 +81,8 @@ class Softmax final : public OpSpec {
 
 }  // namespace
 
-std::unique_ptr<OpSpec> make_softmax_spec() { return std::make_unique<Softmax>(); }
+std::unique_ptr<OpSpec> make_softmax_spec() {
+  return std::make_unique<Softmax>();
+}
 
 }  // namespace kforge

@@ -14,7 +14,8 @@ CaseTensors::CaseTensors(const OpSpec& op, const Sizes& sizes, DType dtype)
     ref.shape = op.shape_of(spec, sizes);
     ref.is_output = spec.is_output;
     int64_t n = 1;
-    for (const auto d : ref.shape) n *= d;
+    for (const auto d : ref.shape)
+      n *= d;
     ref.bytes = static_cast<size_t>(n) * dtype_size(dtype);
     ref.offset = offset;
     offset += (ref.bytes + 255) / 256 * 256;
@@ -29,7 +30,8 @@ CaseTensors::CaseTensors(const OpSpec& op, const Sizes& sizes, DType dtype)
 
 size_t CaseTensors::largest_tensor_elements() const {
   size_t largest = 0;
-  for (const auto& ref : refs_) largest = std::max(largest, ref.bytes / dtype_size(ref.dtype));
+  for (const auto& ref : refs_)
+    largest = std::max(largest, ref.bytes / dtype_size(ref.dtype));
   return largest;
 }
 
@@ -38,7 +40,8 @@ void CaseTensors::generate_inputs(InputKind kind, uint64_t seed) {
 }
 
 void CaseTensors::poison_outputs() {
-  for (auto& t : outputs_) fill_nan(t.data, t.dtype, static_cast<size_t>(t.numel()));
+  for (auto& t : outputs_)
+    fill_nan(t.data, t.dtype, static_cast<size_t>(t.numel()));
 }
 
 std::vector<std::vector<double>> CaseTensors::inputs_as_double() const {

@@ -1,11 +1,11 @@
 #include "run/shared_region.h"
 
-#include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
 
 #include <utility>
 
@@ -37,7 +37,8 @@ SharedRegion SharedRegion::create(size_t bytes) {
     const int err = errno;
     ::close(fd);
     shm_unlink(r.name_.c_str());
-    throw Error(fmt::format("cannot size shared memory to {} bytes: {}", bytes, std::strerror(err)));
+    throw Error(
+        fmt::format("cannot size shared memory to {} bytes: {}", bytes, std::strerror(err)));
   }
   r.data_ = map_fd(fd, bytes, r.name_);
   ::close(fd);
@@ -56,9 +57,13 @@ SharedRegion SharedRegion::open(const std::string& name, size_t bytes) {
   return r;
 }
 
-SharedRegion::~SharedRegion() { reset(); }
+SharedRegion::~SharedRegion() {
+  reset();
+}
 
-SharedRegion::SharedRegion(SharedRegion&& other) noexcept { *this = std::move(other); }
+SharedRegion::SharedRegion(SharedRegion&& other) noexcept {
+  *this = std::move(other);
+}
 
 SharedRegion& SharedRegion::operator=(SharedRegion&& other) noexcept {
   if (this != &other) {

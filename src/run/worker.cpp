@@ -23,8 +23,8 @@
 namespace kforge {
 
 void to_json(nlohmann::json& j, const TensorRef& t) {
-  j = {{"name", t.name},     {"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
-       {"offset", t.offset}, {"bytes", t.bytes},             {"output", t.is_output}};
+  j = {{"name", t.name},   {"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"offset", t.offset},
+       {"bytes", t.bytes}, {"output", t.is_output}};
 }
 
 void from_json(const nlohmann::json& j, TensorRef& t) {
@@ -102,7 +102,8 @@ struct DeviceTensor {
 // The tensors of one request, on the device, freed on destruction.
 class DeviceTensors {
  public:
-  DeviceTensors(DeviceBackend& backend, const SharedRegion& region, const std::vector<TensorRef>& refs)
+  DeviceTensors(DeviceBackend& backend, const SharedRegion& region,
+                const std::vector<TensorRef>& refs)
       : backend_(backend), region_(region) {
     std::vector<std::byte> guard(kGuardBytes, std::byte{kGuardPattern});
     for (const auto& ref : refs) {
@@ -114,7 +115,8 @@ class DeviceTensors {
     upload();
   }
   ~DeviceTensors() {
-    for (auto& t : tensors_) backend_.release(t.base);
+    for (auto& t : tensors_)
+      backend_.release(t.base);
   }
   DeviceTensors(const DeviceTensors&) = delete;
   DeviceTensors& operator=(const DeviceTensors&) = delete;
@@ -166,8 +168,9 @@ class DeviceTensors {
         backend_.copy_to_host(guard.data(), after ? t.data() + t.ref.bytes : t.base, kGuardBytes);
         for (size_t i = 0; i < kGuardBytes; ++i) {
           if (guard[i] != std::byte{kGuardPattern}) {
-            const long long offset = after ? static_cast<long long>(i)
-                                           : static_cast<long long>(i) - static_cast<long long>(kGuardBytes);
+            const long long offset =
+                after ? static_cast<long long>(i)
+                      : static_cast<long long>(i) - static_cast<long long>(kGuardBytes);
             guards.push_back({{"tensor", t.ref.name},
                               {"where", after ? "after the end" : "before the start"},
                               {"byte_offset", offset}});
@@ -269,9 +272,8 @@ class Worker {
     // Warm-up: module load, first-launch costs and clock ramp-up stay out of the samples.
     const auto warm_start = Clock::now();
     size_t warmup_runs = 0;
-    while (warmup_runs < 3 ||
-           std::chrono::duration<double>(Clock::now() - warm_start).count() <
-               settings.warmup_seconds) {
+    while (warmup_runs < 3 || std::chrono::duration<double>(Clock::now() - warm_start).count() <
+                                  settings.warmup_seconds) {
       backend_->time_once(call, settings.cold_cache);
       ++warmup_runs;
     }
@@ -341,7 +343,8 @@ int run_worker(const std::string& backend_name, int device) {
     worker = std::make_unique<Worker>(backend_name == "cuda" ? make_cuda_backend(device)
                                                              : make_cpu_backend());
   } catch (const std::exception& e) {
-    respond(failure("error", fmt::format("cannot start the {} backend: {}", backend_name, e.what())));
+    respond(
+        failure("error", fmt::format("cannot start the {} backend: {}", backend_name, e.what())));
     return 2;
   }
   std::string line;

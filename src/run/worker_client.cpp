@@ -1,9 +1,9 @@
 #include "run/worker_client.h"
 
+#include <unistd.h>
 #include <csignal>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -14,13 +14,20 @@ namespace fs = std::filesystem;
 
 std::string_view verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::ok: return "OK";
-    case Verdict::wrong: return "WRONG";
-    case Verdict::crash: return "CRASH";
-    case Verdict::timeout: return "TIMEOUT";
-    case Verdict::oom: return "OOM";
-    case Verdict::compile_error: return "COMPILE_ERROR";
-    case Verdict::rejected: return "REJECTED";
+    case Verdict::ok:
+      return "OK";
+    case Verdict::wrong:
+      return "WRONG";
+    case Verdict::crash:
+      return "CRASH";
+    case Verdict::timeout:
+      return "TIMEOUT";
+    case Verdict::oom:
+      return "OOM";
+    case Verdict::compile_error:
+      return "COMPILE_ERROR";
+    case Verdict::rejected:
+      return "REJECTED";
   }
   return "?";
 }
@@ -104,8 +111,10 @@ WorkerReply WorkerClient::request(const nlohmann::json& request,
       // the device.
       child_->kill_and_wait();
       child_.reset();
-      return {Verdict::timeout, {},
-              fmt::format("no answer within {:.1f} s; worker killed", static_cast<double>(timeout.count()) / 1000.0)};
+      return {Verdict::timeout,
+              {},
+              fmt::format("no answer within {:.1f} s; worker killed",
+                          static_cast<double>(timeout.count()) / 1000.0)};
     }
     return lost_worker("worker died");
   }

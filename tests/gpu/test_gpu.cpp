@@ -1,0 +1,100 @@
+// GPU tests (CTest label `gpu`): the CUDA starters pass all five stages in every dtype, every
+// planted CUDA fault gets its verdict, and bench and ceilings produce numbers. Skipped cleanly
+// where no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include "bench/bencher.h"
+#include "checker_fixture.h"
+#include "device/backend.h"
+#include "device/ceilings.h"
+
+namespace kforge {
+namespace {
+
+class GpuTest : public test::CheckerFixture {
+ protected:
+  void SetUp() override {
+    if (list_cuda_devices().empty()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+std::string fault(const std::string& name) {
+  return test::test_data_dir() + "/faulty/" + name;
+}
+
+TEST_F(GpuTest, RmsnormStarterPassesAllStages) {
+  const auto out = run_check(test::kernels_dir() + "/rmsnorm/rmsnorm_rowblock.cu", {});
+  EXPECT_TRUE(out.report.passed()) << out.report.detail;
+  for (const auto& s : out.report.stages)
+    EXPECT_TRUE(s.ran && s.passed) << s.name;
+}
+
+TEST_F(GpuTest, SoftmaxStarterPassesAllStages) {
+  const auto out = run_check(test::kernels_dir() + "/softmax/softmax_rowblock.cu", {});
+  EXPECT_TRUE(out.report.passed()) << out.report.detail;
+  for (const auto& s : out.report.stages)
+    EXPECT_TRUE(s.ran && s.passed) << s.name;
+}
+
+struct CudaFault {
+  const char* file;
+  Verdict verdict;
+  const char* stage;   // "" when any stage may catch it
+  const char* detail;  // a fragment the report's detail must contain
+};
+
+void PrintTo(const CudaFault& f, std::ostream* os) {
+  *os << f.file;
+}
+
+class CudaFaultTest : public GpuTest, public ::testing::WithParamInterface<CudaFault> {};
+
+TEST_P(CudaFaultTest, GetsItsVerdict) {
+  const CudaFault& f = GetParam();
+  CheckOptions options;
+  options.timeout = std::chrono::seconds(f.verdict == Verdict::timeout ? 5 : 60);
+  const auto out = run_check(fault(f.file), options);
+  EXPECT_EQ(verdict_name(out.report.verdict), verdict_name(f.verdict)) << out.report.detail;
+  if (*f.stage) EXPECT_EQ(out.failed_stage, f.stage) << out.report.detail;
+  EXPECT_NE(out.report.detail.find(f.detail), std::string::npos) << out.report.detail;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, CudaFaultTest,
+    ::testing::Values(
+        CudaFault{"segfault.cu", Verdict::crash, "smoke", "cudaErrorIllegalAddress"},
+        CudaFault{"infinite_loop.cu", Verdict::timeout, "smoke", "worker killed"},
+        CudaFault{"wrong_result.cu", Verdict::wrong, "smoke", "out of tolerance"},
+        CudaFault{"unwritten_last.cu", Verdict::wrong, "smoke",
+                  "NaN where the reference is finite"},
+        CudaFault{"nondeterministic.cu", Verdict::wrong, "determinism", "not deterministic"},
+        CudaFault{"ignores_weight.cu", Verdict::wrong, "smoke", "out of tolerance"},
+        CudaFault{"nan_large.cu", Verdict::wrong, "stability", "near_max"},
+        CudaFault{"oob_write.cu", Verdict::wrong, "smoke", "wrote outside tensor 'y'"},
+        CudaFault{"smem_race.cu", Verdict::wrong, "", ""}),
+    [](const auto& info) {
+      std::string name = info.param.file;
+      return name.substr(0, name.find('.'));
+    });
+
+TEST_F(GpuTest, BenchReportsTimeAndFractionOfCopyCeiling) {
+  auto& worker = worker_for("cuda");
+  const Ceilings ceilings = device_ceilings(worker, test::temp_dir("ceilings"), false, {});
+  EXPECT_GT(ceilings.copy_gbps, 500);
+  ASSERT_TRUE(ceilings.matmul_tflops.has_value());
+  EXPECT_GT(*ceilings.matmul_tflops, 50);
+  const KernelFile file = KernelFile::load(test::kernels_dir() + "/rmsnorm/rmsnorm_rowblock.cu");
+  Checker checker(*compiler_, worker);
+  BenchOptions options;
+  options.sizes = {{"M", 4096}, {"N", 4096}};
+  options.dtype = DType::bf16;
+  options.settings.max_seconds = 1.0;
+  const BenchResult r = bench_kernel(checker, worker, file, *find_op("rmsnorm"), options, ceilings);
+  ASSERT_EQ(r.verdict, Verdict::ok) << r.detail;
+  EXPECT_GT(r.stats.median, 0);
+  EXPECT_GT(r.pct_of_copy, 1);
+  EXPECT_LT(r.pct_of_copy, 150);  // above the copy ceiling would mean the byte count is wrong
+}
+
+}  // namespace
+}  // namespace kforge

@@ -1,0 +1,103 @@
+// The five-stage check on the CPU backend: the starters pass, and every planted fault gets its
+// verdict in the stage meant to catch it. Problems are capped in size to keep CI quick.
+#include <gtest/gtest.h>
+
+#include "checker_fixture.h"
+
+namespace kforge {
+namespace {
+
+using test::CheckerFixture;
+
+CheckOptions quick() {
+  CheckOptions o;
+  o.max_elements = int64_t{1} << 22;
+  o.timeout = std::chrono::seconds(20);
+  return o;
+}
+
+std::string fault(const std::string& name) {
+  return test::test_data_dir() + "/faulty/" + name;
+}
+
+TEST_F(CheckerFixture, RmsnormCpuStarterPasses) {
+  const auto out = run_check(test::kernels_dir() + "/rmsnorm/rmsnorm_cpu.cpp", quick());
+  EXPECT_TRUE(out.report.passed()) << out.report.detail;
+  EXPECT_EQ(out.report.stages.size(), 5u);
+  for (const auto& s : out.report.stages) {
+    EXPECT_TRUE(s.ran && s.passed) << s.name;
+    EXPECT_GT(s.cases - s.skipped, 0) << s.name;
+  }
+}
+
+TEST_F(CheckerFixture, SoftmaxCpuStarterPasses) {
+  const auto out = run_check(test::kernels_dir() + "/softmax/softmax_cpu.cpp", quick());
+  EXPECT_TRUE(out.report.passed()) << out.report.detail;
+}
+
+struct PlantedFault {
+  const char* file;
+  Verdict verdict;
+  const char* stage;
+  const char* detail;  // a fragment the report's detail must contain
+};
+
+void PrintTo(const PlantedFault& f, std::ostream* os) {
+  *os << f.file;
+}
+
+class PlantedFaultTest : public CheckerFixture,
+                         public ::testing::WithParamInterface<PlantedFault> {};
+
+TEST_P(PlantedFaultTest, GetsItsVerdict) {
+  const PlantedFault& f = GetParam();
+  CheckOptions options = quick();
+  if (f.verdict == Verdict::timeout) options.timeout = std::chrono::seconds(3);
+  const auto out = run_check(fault(f.file), options);
+  EXPECT_EQ(verdict_name(out.report.verdict), verdict_name(f.verdict)) << out.report.detail;
+  EXPECT_EQ(out.failed_stage, f.stage) << out.report.detail;
+  EXPECT_NE(out.report.detail.find(f.detail), std::string::npos) << out.report.detail;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, PlantedFaultTest,
+    ::testing::Values(
+        PlantedFault{"segfault.cpp", Verdict::crash, "smoke", "signal 11"},
+        PlantedFault{"infinite_loop.cpp", Verdict::timeout, "smoke", "worker killed"},
+        PlantedFault{"wrong_result.cpp", Verdict::wrong, "smoke", "out of tolerance"},
+        PlantedFault{"unwritten_last.cpp", Verdict::wrong, "smoke",
+                     "NaN where the reference is finite"},
+        PlantedFault{"nondeterministic.cpp", Verdict::wrong, "determinism", "not deterministic"},
+        PlantedFault{"ignores_weight.cpp", Verdict::wrong, "smoke", "out of tolerance"},
+        PlantedFault{"nan_large.cpp", Verdict::wrong, "stability", "near_max"},
+        PlantedFault{"oom.cpp", Verdict::oom, "smoke", "allocation"},
+        PlantedFault{"bad_syntax.cpp", Verdict::compile_error, "build", "error"}),
+    [](const auto& info) {
+      std::string name = info.param.file;
+      return name.substr(0, name.find('.'));
+    });
+
+TEST_F(CheckerFixture, RejectsVariantBreakingARequirement) {
+  CheckOptions options = quick();
+  options.params = {{"UNROLL", 3}};
+  const auto out = run_check(test::test_data_dir() + "/constrained.cpp", options);
+  EXPECT_EQ(out.report.verdict, Verdict::rejected) << out.report.detail;
+  EXPECT_NE(out.report.detail.find("require 'UNROLL % 2 == 0 || UNROLL == 1' (line 6)"),
+            std::string::npos)
+      << out.report.detail;
+  ASSERT_EQ(out.report.builds.size(), 1u);
+  EXPECT_TRUE(out.report.builds[0].module.empty());  // never compiled
+}
+
+TEST_F(CheckerFixture, WorkerSurvivesCrashes) {
+  // After a crash, the next check gets a fresh worker and passes.
+  run_check(fault("segfault.cpp"), quick());
+  CheckOptions options = quick();
+  options.stages = {"smoke"};
+  const auto out = run_check(test::kernels_dir() + "/rmsnorm/rmsnorm_cpu.cpp", options);
+  EXPECT_TRUE(out.report.passed()) << out.report.detail;
+  EXPECT_GE(cpu_worker_->workers_started(), 2);
+}
+
+}  // namespace
+}  // namespace kforge

@@ -1,0 +1,157 @@
+// Compiler and cache: CPU modules are built with the system compiler, so these run anywhere.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "compile/compiler.h"
+#include "core/hash.h"
+#include "test_support.h"
+
+namespace kforge {
+namespace {
+namespace fs = std::filesystem;
+
+const char* kSource = R"(/* kforge
+ * op: rmsnorm
+ * backend: cpu
+ * dtypes: f32
+ * param: SCALE = 1 in {1, 2}
+ */
+#include "kforge/elem_cpu.h"
+KFORGE_ENTRY int kforge_run(const kf_args* args) { return args->num_inputs == SCALE ? 0 : 1; }
+)";
+
+class CompilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::temp_dir("compiler");
+    // A private copy of the include directory, so one test can change a header.
+    fs::copy(test::source_root() / "include", dir_ / "include", fs::copy_options::recursive);
+    options_.cache_dir = dir_ / "cache";
+    options_.include_dir = dir_ / "include";
+  }
+  KernelFile write_kernel(const std::string& text) {
+    const fs::path path = dir_ / "k.cpp";
+    std::ofstream(path) << text;
+    return KernelFile::load(path);
+  }
+  fs::path dir_;
+  CompilerOptions options_;
+};
+
+TEST_F(CompilerTest, CachesAndInvalidates) {
+  const Compiler compiler(options_);
+  const KernelFile file = write_kernel(kSource);
+  const Variant v1 = Variant::make(file, {{"SCALE", 1}}, DType::f32, "host");
+
+  const CompileResult first = compiler.compile(file, v1);
+  ASSERT_TRUE(first.ok) << first.log;
+  EXPECT_FALSE(first.from_cache);
+  EXPECT_TRUE(fs::exists(first.module));
+
+  const CompileResult again = compiler.compile(file, v1);
+  ASSERT_TRUE(again.ok);
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.module, first.module);
+
+  // A different parameter value is a different module.
+  const Variant v2 = Variant::make(file, {{"SCALE", 2}}, DType::f32, "host");
+  EXPECT_NE(compiler.cache_key(file, v2), compiler.cache_key(file, v1));
+  EXPECT_FALSE(compiler.compile(file, v2).from_cache);
+
+  // Changing the source invalidates.
+  const KernelFile edited = write_kernel(std::string(kSource) + "// edited\n");
+  EXPECT_NE(compiler.cache_key(edited, v1), compiler.cache_key(file, v1));
+
+  // Changing a kforge header the kernel may include invalidates.
+  const std::string before = compiler.cache_key(file, v1);
+  std::ofstream(dir_ / "include" / "kforge" / "elem_cpu.h", std::ios::app) << "// changed\n";
+  EXPECT_NE(compiler.cache_key(file, v1), before);
+
+  // Changing the compiler flags (here: the compiler itself) invalidates.
+  CompilerOptions other = options_;
+  other.cxx = "g++";
+  options_.cxx = "c++";
+  EXPECT_NE(Compiler(other).cache_key(file, v1), Compiler(options_).cache_key(file, v1));
+
+  // No temporary directories are left behind.
+  EXPECT_TRUE(fs::is_empty(options_.cache_dir / "tmp"));
+}
+
+TEST_F(CompilerTest, ReportsCompilerLogOnFailure) {
+  const Compiler compiler(options_);
+  const KernelFile file = write_kernel(std::string(kSource) + "this is not C++;\n");
+  const CompileResult r =
+      compiler.compile(file, Variant::make(file, {{"SCALE", 1}}, DType::f32, "host"));
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.log.find("error"), std::string::npos) << r.log;
+  EXPECT_FALSE(fs::exists(options_.cache_dir / "modules" / compiler.cache_key(file, r.variant)));
+}
+
+TEST_F(CompilerTest, CompilesInParallel) {
+  const Compiler compiler(options_);
+  const KernelFile file = write_kernel(kSource);
+  std::vector<Variant> variants;
+  for (const DType d : {DType::f32}) {
+    for (const long long scale : {1, 2})
+      variants.push_back(Variant::make(file, {{"SCALE", scale}}, d, "host"));
+  }
+  const auto results = compiler.compile_all(file, variants, 2);
+  ASSERT_EQ(results.size(), 2u);
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_TRUE(results[i].ok) << results[i].log;
+    EXPECT_EQ(results[i].variant, variants[i]);
+  }
+}
+
+TEST(PtxasReport, ParsesResources) {
+  const std::string log = R"(ptxas info    : Compiling entry function '_Z6kernelPf' for 'sm_90a'
+ptxas info    : Function properties for _Z6kernelPf
+    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 256 bytes smem, 368 bytes cmem[0]
+ptxas info    : Function properties for _Z5otherv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers, used 0 barriers, 368 bytes cmem[0]
+)";
+  const ResourceReport r = parse_ptxas_report(log);
+  ASSERT_EQ(r.functions.size(), 2u);
+  EXPECT_EQ(r.functions[0].registers, 40);
+  EXPECT_EQ(r.functions[0].static_shared_bytes, 256);
+  EXPECT_EQ(r.functions[0].stack_frame_bytes, 16);
+  EXPECT_EQ(r.max_registers(), 40);
+  EXPECT_TRUE(r.spills());
+  EXPECT_EQ(r.functions[1].static_shared_bytes, 0);
+}
+
+// Every CUDA kernel file in the repository compiles for sm_90a in every dtype it declares.
+TEST(CudaKernels, AllCompileForSm90a) {
+  const fs::path dir = test::temp_dir("cuda-compile");
+  CompilerOptions options;
+  options.cache_dir = dir / "cache";
+  const Compiler compiler(options);
+  int files = 0;
+  for (const fs::path root : {fs::path(test::kernels_dir()), fs::path(test::test_data_dir())}) {
+    for (const auto& entry : fs::recursive_directory_iterator(root)) {
+      if (entry.path().extension() != ".cu") continue;
+      ++files;
+      const KernelFile file = KernelFile::load(entry.path());
+      std::vector<Variant> variants;
+      for (const DType d : file.dtypes) {
+        const Bindings context = {{"elem_bytes", static_cast<long long>(dtype_size(d))}};
+        variants.push_back(
+            Variant::make(file, file.with_derived(file.resolve_params(), context), d, "sm_90a"));
+      }
+      for (const auto& r : compiler.compile_all(file, variants)) {
+        EXPECT_TRUE(r.ok) << r.variant.describe() << "\n" << r.log;
+        EXPECT_FALSE(r.resources.functions.empty()) << r.variant.describe();
+      }
+    }
+  }
+  EXPECT_GE(files, 2);
+}
+
+}  // namespace
+}  // namespace kforge

@@ -1,0 +1,119 @@
+#include <gtest/gtest.h>
+
+#include "compile/kernel_file.h"
+#include "core/error.h"
+
+namespace kforge {
+namespace {
+
+const char* kValid = R"(/* kforge
+ * op: rmsnorm
+ * backend: cpu
+ * dtypes: f16, bf16, f32
+ * param: BLOCK = 256 in {64, 128, 256}
+ * param: VEC = 4 in {1, 2, 4, 8}
+ * derive: WARPS = BLOCK / 32
+ * require: BLOCK % 32 == 0
+ * require: VEC * elem_bytes <= 16
+ * shared_bytes: WARPS * 4
+ */
+int body;
+)";
+
+// Replaces the first occurrence of `from` in the valid file and returns the parse error.
+std::string error_after(const std::string& from, const std::string& to) {
+  std::string text = kValid;
+  text.replace(text.find(from), from.size(), to);
+  try {
+    KernelFile::parse(text, "k.cpp");
+  } catch (const ParseError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(KernelFile, ParsesHeaderBlock) {
+  const KernelFile f = KernelFile::parse(kValid, "k.cpp");
+  EXPECT_EQ(f.op, "rmsnorm");
+  EXPECT_EQ(f.backend, Backend::cpu);
+  ASSERT_EQ(f.dtypes.size(), 3u);
+  ASSERT_EQ(f.params.size(), 2u);
+  EXPECT_EQ(f.params[0].name, "BLOCK");
+  EXPECT_EQ(f.params[0].default_value, 256);
+  EXPECT_EQ(f.params[1].candidates, (std::vector<long long>{1, 2, 4, 8}));
+  ASSERT_EQ(f.requirements.size(), 2u);
+  EXPECT_EQ(f.requirements[1].line, 9);
+  ASSERT_TRUE(f.shared_bytes.has_value());
+}
+
+TEST(KernelFile, ResolvesParamsAndDerivedValues) {
+  const KernelFile f = KernelFile::parse(kValid, "k.cpp");
+  const ParamValues p = f.resolve_params({{"BLOCK", 128}});
+  EXPECT_EQ(p.at("BLOCK"), 128);
+  EXPECT_EQ(p.at("VEC"), 4);
+  const ParamValues all = f.with_derived(p, {});
+  EXPECT_EQ(all.at("WARPS"), 4);
+  EXPECT_THROW(f.resolve_params({{"NOPE", 1}}), UsageError);
+}
+
+TEST(KernelFile, ErrorsNameTheLine) {
+  EXPECT_EQ(error_after("VEC = 4 in", "VEC = 3 in"),
+            "k.cpp:6: param VEC: default 3 is not one of {1, 2, 4, 8}");
+  EXPECT_EQ(error_after("{64, 128, 256}", "{64, x, 256}"),
+            "k.cpp:5: param BLOCK: candidate 'x' is not an integer");
+  EXPECT_EQ(error_after("backend: cpu", "backend: opencl"),
+            "k.cpp:3: backend 'opencl' is not 'cuda' or 'cpu'");
+  EXPECT_EQ(error_after("dtypes: f16, bf16, f32", "dtypes: f16, int8"),
+            "k.cpp:4: dtype 'int8' is not one of f16, bf16, f32");
+  EXPECT_EQ(error_after("require: BLOCK % 32 == 0", "require: BLOCK %% 32"),
+            "k.cpp:8: expression 'BLOCK %% 32': Unexpected token \"% 32 \" found at position 7.");
+  EXPECT_EQ(error_after("derive: WARPS", "derive: BLOCK"),
+            "k.cpp:7: 'BLOCK' is already declared on line 5");
+  EXPECT_EQ(error_after(" * op: rmsnorm\n", " * colour blue\n"),
+            "k.cpp:2: expected 'key: value', got 'colour blue'");
+  EXPECT_EQ(error_after(" * op: rmsnorm\n", " * flavour: mint\n"),
+            "k.cpp:2: unknown key 'flavour' (expected op, backend, dtypes, param, derive, require, "
+            "shared_bytes)");
+  EXPECT_EQ(error_after(" * op: rmsnorm\n", ""), "k.cpp:1: header block has no 'op:' line");
+  EXPECT_EQ(error_after(" */\nint body;\n", ""), "k.cpp:1: header block is not closed with '*/'");
+}
+
+TEST(KernelFile, BackendMustMatchExtension) {
+  try {
+    KernelFile::parse(kValid, "k.cu");
+    FAIL() << "expected a ParseError";
+  } catch (const ParseError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "k.cu:3: backend 'cpu' does not match the file extension '.cu'");
+  }
+}
+
+TEST(KernelFile, MissingHeaderBlock) {
+  EXPECT_THROW(KernelFile::parse("int main() {}\n", "k.cpp"), ParseError);
+}
+
+TEST(KernelFile, ParamAssignmentFromCommandLine) {
+  EXPECT_EQ(parse_param_assignment("VEC=8"), (std::pair<std::string, long long>{"VEC", 8}));
+  EXPECT_THROW(parse_param_assignment("VEC"), UsageError);
+  EXPECT_THROW(parse_param_assignment("VEC=eight"), UsageError);
+}
+
+TEST(Expression, IntegerSemantics) {
+  const Bindings b{{"A", 100}, {"B", 32}, {"N", 4097}};
+  EXPECT_EQ(Expression("A / B").evaluate(b), 3);
+  EXPECT_EQ(Expression("A % B").evaluate(b), 4);
+  EXPECT_EQ(Expression("-A + 3").evaluate(b), -97);
+  EXPECT_EQ(Expression("A > B && !(N % 2 == 0)").evaluate(b), 1);
+  EXPECT_EQ(Expression("min(A, B) * 2").evaluate(b), 64);
+  EXPECT_EQ(Expression("A > B ? 7 : 9").evaluate(b), 7);
+  EXPECT_EQ(Expression("A / B").variables(), (std::vector<std::string>{"A", "B"}));
+}
+
+TEST(Expression, Errors) {
+  EXPECT_THROW(Expression("A +* 3"), Error);
+  EXPECT_THROW(Expression("Q + 1").evaluate({}), Error);
+  EXPECT_THROW(Expression("A / 0").evaluate({{"A", 1}}), Error);
+}
+
+}  // namespace
+}  // namespace kforge
