@@ -232,7 +232,9 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
     }
   }
 
-  // Build every dtype up front, in parallel.
+  // Build every dtype up front, in parallel. The worker is started first: build() reads the
+  // device's limits from it, and a WorkerClient is used from one thread at a time.
+  worker_.device();
   const ParamValues params = file.resolve_params(options.params);
   const std::string arch = options.arch.empty() ? worker_.device().default_arch() : options.arch;
   std::vector<CompileResult> builds(dtypes.size());

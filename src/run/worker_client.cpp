@@ -1,6 +1,7 @@
 #include "run/worker_client.h"
 
 #include <unistd.h>
+#include <atomic>
 #include <csignal>
 #include <fstream>
 #include <sstream>
@@ -37,12 +38,21 @@ WorkerClient::WorkerClient(WorkerOptions options) : options_(std::move(options))
   std::signal(SIGPIPE, SIG_IGN);
   if (options_.executable.empty()) options_.executable = fs::read_symlink("/proc/self/exe");
   if (options_.log_dir.empty()) {
-    options_.log_dir = fs::temp_directory_path() / fmt::format("kforge-workers-{}", getpid());
+    static std::atomic<int> clients{0};
+    options_.log_dir =
+        fs::temp_directory_path() / fmt::format("kforge-workers-{}-{}", getpid(), clients++);
+    owns_log_dir_ = true;
   }
   fs::create_directories(options_.log_dir);
 }
 
-WorkerClient::~WorkerClient() = default;
+WorkerClient::~WorkerClient() {
+  restart();
+  if (owns_log_dir_) {
+    std::error_code ec;
+    fs::remove_all(options_.log_dir, ec);
+  }
+}
 
 void WorkerClient::ensure_started() {
   if (child_) return;

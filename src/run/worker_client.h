@@ -1,5 +1,6 @@
 // kforge's side of a worker: starts it, sends requests, and turns every way a request can fail
 // into a verdict. When a worker dies or is killed, the next request starts a fresh one.
+// Not thread-safe: one thread talks to a worker at a time.
 #pragma once
 
 #include <chrono>
@@ -20,7 +21,8 @@ struct WorkerOptions {
   std::string backend = "cpu";  // "cuda" or "cpu"
   int device = 0;
   std::filesystem::path executable;  // the kforge binary; default: /proc/self/exe
-  std::filesystem::path log_dir;     // worker logs; default: a temporary directory
+  std::filesystem::path log_dir;     // worker logs; default: a temporary directory, removed
+                                     // when the client is destroyed
   std::chrono::milliseconds start_timeout = std::chrono::seconds(60);
 };
 
@@ -55,6 +57,7 @@ class WorkerClient {
   std::optional<DeviceInfo> device_;
   std::filesystem::path log_path_;
   int started_ = 0;
+  bool owns_log_dir_ = false;  // a temporary directory we made, removed with the client
 };
 
 }  // namespace kforge

@@ -39,7 +39,7 @@ class CheckerFixture : public ::testing::Test {
   WorkerClient& worker_for(const std::string& backend) {
     if (!compiler_) {
       CompilerOptions options;
-      options.cache_dir = temp_dir("checker-cache");
+      options.cache_dir = shared_module_cache();
       compiler_ = std::make_unique<Compiler>(options);
     }
     auto& slot = backend == "cuda" ? cuda_worker_ : cpu_worker_;

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include <unistd.h>
 
@@ -27,13 +29,29 @@ inline std::string kforge_binary() {
       .string();
 }
 
-// A fresh directory under the system temp dir, unique to this process and name.
+// A fresh directory under the system temp dir, removed when the test process exits.
 inline std::filesystem::path temp_dir(const std::string& name) {
+  struct Registry {
+    std::vector<std::filesystem::path> dirs;
+    ~Registry() {
+      std::error_code ec;
+      for (const auto& d : dirs)
+        std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Registry registry;
   const auto dir = std::filesystem::temp_directory_path() /
                    ("kforge-test-" + std::to_string(getpid()) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  registry.dirs.push_back(dir);
   return dir;
+}
+
+// A module cache shared by the test processes of one build directory. Entries are
+// content-addressed and written atomically, so concurrent tests can share it safely.
+inline std::filesystem::path shared_module_cache() {
+  return std::filesystem::read_symlink("/proc/self/exe").parent_path() / "module-cache";
 }
 
 }  // namespace kforge::test
