@@ -184,6 +184,7 @@ struct CheckFlags {
   std::string arch;
   int64_t max_elements = 0;
   double timeout_seconds = 0;
+  bool keep = false;
   std::string json_path;
 };
 
@@ -195,7 +196,9 @@ int cmd_check(const CheckFlags& flags, const DeviceFlags& device,
     throw UsageError(
         fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
   WorkerClient worker({pick_backend(device, &file), device.device});
-  Compiler compiler;
+  CompilerOptions compiler_options;
+  compiler_options.keep_intermediates = flags.keep;
+  Compiler compiler(compiler_options);
   Checker checker(compiler, worker);
   CheckOptions options;
   options.seed = flags.seed;
@@ -212,6 +215,7 @@ int cmd_check(const CheckFlags& flags, const DeviceFlags& device,
   nlohmann::json j = report.to_json(*op);
   j["device"] = worker.device();
   j["run"] = run_metadata(argv);
+  j["run"]["toolkit"] = compiler.toolkit_version(file.backend);
   write_json(j, flags.json_path);
   return report.passed() ? 0 : 1;
 }
@@ -226,6 +230,7 @@ struct BenchFlags {
   double max_seconds = 3.0;
   double target_stderr = 0.002;
   bool warm_cache = false;
+  bool keep = false;
   std::string json_path;
 };
 
@@ -237,7 +242,9 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
     throw UsageError(
         fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
   WorkerClient worker({pick_backend(device, &file), device.device});
-  Compiler compiler;
+  CompilerOptions compiler_options;
+  compiler_options.keep_intermediates = flags.keep;
+  Compiler compiler(compiler_options);
   Checker checker(compiler, worker);
   BenchOptions options;
   options.sizes = flags.shape.empty() ? op->default_size() : op->parse_shape(flags.shape);
@@ -284,6 +291,8 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   j["device"] = d;
   j["ceilings"] = ceilings.raw.at("ceilings");
   j["run"] = run_metadata(argv);
+  j["run"]["toolkit"] = compiler.toolkit_version(file.backend);
+  if (!r.build.module.empty()) j["module"] = r.build.module.string();
   write_json(j, flags.json_path);
   return r.verdict == Verdict::ok ? 0 : 1;
 }
@@ -323,6 +332,7 @@ int main(int argc, char** argv) {
   check->add_option("--max-elements", check_flags.max_elements,
                     "Skip problems with a tensor larger than this");
   check->add_option("--timeout", check_flags.timeout_seconds, "Per-run time limit in seconds");
+  check->add_flag("--keep", check_flags.keep, "Keep PTX, cubin and SASS beside cached modules");
   check->add_option("--json", check_flags.json_path,
                     "Write the report as JSON to FILE ('-' for stdout)");
   add_device_flags(check, device_flags);
@@ -343,6 +353,7 @@ int main(int argc, char** argv) {
                    "Stop once the median's relative standard error is below this")
       ->capture_default_str();
   bench->add_flag("--warm-cache", bench_flags.warm_cache, "Do not flush the cache between samples");
+  bench->add_flag("--keep", bench_flags.keep, "Keep PTX, cubin and SASS beside cached modules");
   bench->add_option("--json", bench_flags.json_path,
                     "Write the result as JSON to FILE ('-' for stdout)");
   add_device_flags(bench, device_flags);

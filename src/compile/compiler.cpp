@@ -121,7 +121,7 @@ bool ResourceReport::spills() const {
   });
 }
 std::string ResourceReport::summary() const {
-  if (functions.empty()) return "n/a";
+  if (functions.empty()) return "no GPU resource report (CPU module)";
   return fmt::format("regs {}, smem {} B, stack {} B, {}", max_registers(),
                      max_static_shared_bytes(), max_stack_frame_bytes(),
                      spills() ? "SPILLS" : "no spills");
@@ -231,6 +231,16 @@ std::string Compiler::compiler_version(Backend backend) const {
   return it->second;
 }
 
+std::string Compiler::toolkit_version(Backend backend) const {
+  std::istringstream in(compiler_version(backend));
+  std::string line, first;
+  while (std::getline(in, line)) {
+    if (first.empty() && !line.empty()) first = line;
+    if (line.find("release") != std::string::npos) return line;
+  }
+  return first;
+}
+
 std::string Compiler::headers_fingerprint(const KernelFile& file) const {
   // Every kforge header a kernel could include, plus headers it names with #include "..."
   // beside itself. System headers are covered by the compiler's version.
@@ -256,6 +266,9 @@ std::string Compiler::headers_fingerprint(const KernelFile& file) const {
 std::string Compiler::cache_key(const KernelFile& file, const Variant& variant) const {
   Hasher h;
   h.add("kforge-module-v1").add(file.source).add(headers_fingerprint(file));
+  // Entries built with intermediates kept are separate, so asking for them never finds an
+  // entry without them.
+  h.add(options_.keep_intermediates ? "keep" : "");
   for (const auto& arg : command_line(file, variant, "SOURCE", "OUTPUT"))
     h.add(arg);
   h.add(compiler_version(variant.backend));
@@ -306,10 +319,16 @@ CompileResult Compiler::compile(const KernelFile& file, const Variant& variant) 
     std::replace(cubin_cmd.begin(), cubin_cmd.end(), std::string("-shared"), std::string("-cubin"));
     cubin_cmd.back() = (staging / "module.cubin").string();
     if (run_command(cubin_cmd).ok()) {
-      const fs::path cuobjdump = fs::path(options_.nvcc).parent_path() / "cuobjdump";
-      const auto sass = run_command({cuobjdump.empty() ? "cuobjdump" : cuobjdump.string(),
-                                     "--dump-sass", (staging / "module.cubin").string()});
-      write_file(staging / "module.sass", sass.output);
+      // cuobjdump ships with the full toolkit, not with every nvcc install.
+      fs::path cuobjdump = fs::path(options_.nvcc).parent_path() / "cuobjdump";
+      if (!fs::exists(cuobjdump)) cuobjdump = "cuobjdump";
+      try {
+        const auto sass =
+            run_command({cuobjdump.string(), "--dump-sass", (staging / "module.cubin").string()});
+        if (sass.ok()) write_file(staging / "module.sass", sass.output);
+      } catch (const Error&) {
+        result.log += "\n[kforge] cuobjdump not found: no SASS kept";
+      }
     }
   }
 

@@ -155,3 +155,31 @@ TEST(CudaKernels, AllCompileForSm90a) {
 
 }  // namespace
 }  // namespace kforge
+
+namespace kforge {
+namespace {
+
+TEST(CudaKernels, KeepsPtxCubinAndSassOnRequest) {
+  const std::filesystem::path dir = test::temp_dir("keep");
+  CompilerOptions options;
+  options.cache_dir = dir / "cache";
+  options.keep_intermediates = true;
+  const Compiler compiler(options);
+  const KernelFile file = KernelFile::load(test::kernels_dir() + "/softmax/softmax_rowblock.cu");
+  const Bindings context = {{"elem_bytes", 2}};
+  const auto r =
+      compiler.compile(file, Variant::make(file, file.with_derived(file.resolve_params(), context),
+                                           DType::bf16, "sm_90a"));
+  ASSERT_TRUE(r.ok) << r.log;
+  const auto entry = r.module.parent_path();
+  EXPECT_TRUE(std::filesystem::exists(entry / "source.cu"));
+  EXPECT_TRUE(std::filesystem::exists(entry / "module.ptx"));
+  EXPECT_TRUE(std::filesystem::exists(entry / "module.cubin"));
+  if (r.log.find("cuobjdump not found") == std::string::npos) {
+    ASSERT_TRUE(std::filesystem::exists(entry / "module.sass"));
+    EXPECT_NE(std::ifstream(entry / "module.sass").peek(), EOF);
+  }
+}
+
+}  // namespace
+}  // namespace kforge
