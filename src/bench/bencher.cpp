@@ -39,9 +39,7 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
   CaseTensors tensors(op, options.sizes, options.dtype);
   tensors.generate_inputs(InputKind::normal, r.seed);
   tensors.poison_outputs();
-  std::vector<double> scalars;
-  for (const auto& s : op.scalars())
-    scalars.push_back(s.value);
+  const std::vector<double> scalars = op.scalar_values(options.sizes);
   nlohmann::json request = tensors.request("bench", r.build.module, scalars);
   request["settings"] = options.settings;
   const auto bench_timeout =

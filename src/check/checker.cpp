@@ -104,9 +104,7 @@ CaseResult Checker::run_case(const OpSpec& op, const CompileResult& build, const
   CaseTensors tensors(op, sizes, dtype);
   tensors.generate_inputs(kind, seed);
   tensors.poison_outputs();
-  std::vector<double> scalars;
-  for (const auto& s : op.scalars())
-    scalars.push_back(s.value);
+  const std::vector<double> scalars = op.scalar_values(sizes);
 
   const WorkerReply reply = worker_.request(tensors.request("run", build.module, scalars), timeout);
   if (!reply.ok()) {
@@ -160,9 +158,7 @@ bool Checker::check_determinism(const OpSpec& op, const CompileResult& build, co
     return record(std::move(result));
   }
   tensors.generate_inputs(InputKind::normal, seed);
-  std::vector<double> scalars;
-  for (const auto& s : op.scalars())
-    scalars.push_back(s.value);
+  const std::vector<double> scalars = op.scalar_values(size.sizes);
   const auto timeout =
       options.timeout.count() > 0 ? options.timeout : default_timeout(op, size.sizes, dtype);
 

@@ -126,28 +126,61 @@ std::vector<int64_t> OpSpec::shape_of(const TensorSpec& tensor, const Sizes& siz
   return shape;
 }
 
+std::vector<double> OpSpec::scalar_values(const Sizes&) const {
+  std::vector<double> values;
+  for (const auto& s : scalars())
+    values.push_back(s.value);
+  return values;
+}
+
+namespace {
+
+int64_t parse_size(std::string_view text, std::string_view part, bool allow_zero) {
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+  if (ec != std::errc() || ptr != part.data() + part.size() || v < (allow_zero ? 0 : 1)) {
+    throw UsageError(fmt::format("shape '{}': '{}' is not a {} integer", text, part,
+                                 allow_zero ? "non-negative" : "positive"));
+  }
+  return v;
+}
+
+}  // namespace
+
 Sizes OpSpec::parse_shape(std::string_view text) const {
   const auto names = size_names();
+  Sizes sizes = named_size_defaults();
+  const std::string_view positional = text.substr(0, text.find(','));
   std::vector<int64_t> values;
   size_t start = 0;
-  while (start <= text.size()) {
-    const auto end = std::min(text.find('x', start), text.size());
-    const auto part = text.substr(start, end - start);
-    int64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
-    if (ec != std::errc() || ptr != part.data() + part.size() || v <= 0) {
-      throw UsageError(fmt::format("shape '{}': '{}' is not a positive integer", text, part));
-    }
-    values.push_back(v);
+  while (start <= positional.size()) {
+    const auto end = std::min(positional.find('x', start), positional.size());
+    values.push_back(parse_size(text, positional.substr(start, end - start), false));
     start = end + 1;
   }
   if (values.size() != names.size()) {
     throw UsageError(fmt::format("{} takes a shape {} ({} sizes), got '{}'", name(),
                                  fmt::join(names, "x"), names.size(), text));
   }
-  Sizes sizes;
   for (size_t i = 0; i < names.size(); ++i)
     sizes[names[i]] = values[i];
+  // Named sizes: ",name=value" after the positional ones.
+  for (size_t pos = text.find(','); pos != std::string_view::npos;) {
+    const size_t next = text.find(',', pos + 1);
+    const std::string_view item = text.substr(pos + 1, next - pos - 1);
+    const size_t eq = item.find('=');
+    const std::string key(item.substr(0, eq));
+    if (eq == std::string_view::npos || !named_size_defaults().contains(key)) {
+      std::vector<std::string> known;
+      for (const auto& [k, v] : named_size_defaults())
+        known.push_back(k);
+      throw UsageError(
+          fmt::format("shape '{}': '{}' is not NAME=VALUE with NAME one of: {}", text, item,
+                      known.empty() ? "(none)" : fmt::format("{}", fmt::join(known, ", "))));
+    }
+    sizes[key] = parse_size(text, item.substr(eq + 1), true);
+    pos = next;
+  }
   return sizes;
 }
 
@@ -155,7 +188,12 @@ std::string OpSpec::format_shape(const Sizes& sizes) const {
   std::vector<int64_t> values;
   for (const auto& n : size_names())
     values.push_back(sizes.at(n));
-  return fmt::format("{}", fmt::join(values, "x"));
+  std::string text = fmt::format("{}", fmt::join(values, "x"));
+  for (const auto& [key, fallback] : named_size_defaults()) {
+    const auto it = sizes.find(key);
+    text += fmt::format(",{}={}", key, it == sizes.end() ? fallback : it->second);
+  }
+  return text;
 }
 
 bool OpSpec::supports(DType dtype) const {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,8 @@ struct TensorSpec {
   bool is_output = false;
   // Parameters (weights) are always drawn random-normal; stability inputs apply to activations.
   bool is_parameter = false;
+  // A dtype fixed by the op (e.g. int64 targets); otherwise the problem's dtype.
+  std::optional<DType> fixed_dtype = std::nullopt;
 };
 
 struct ScalarSpec {
@@ -78,6 +81,10 @@ class OpSpec {
   virtual std::vector<std::string> size_names() const = 0;
   virtual std::vector<TensorSpec> tensors() const = 0;  // inputs first, then outputs
   virtual std::vector<ScalarSpec> scalars() const { return {}; }
+  // Sizes given by name rather than position (e.g. attention's `causal`), with defaults.
+  virtual Sizes named_size_defaults() const { return {}; }
+  // The scalars passed to a kernel for one problem; by default the values of scalars().
+  virtual std::vector<double> scalar_values(const Sizes& sizes) const;
 
   virtual std::vector<SizeCase> test_sizes() const = 0;
   virtual std::vector<SizeCase> edge_sizes() const = 0;
@@ -104,7 +111,11 @@ class OpSpec {
   std::vector<TensorSpec> inputs() const;
   std::vector<TensorSpec> outputs() const;
   std::vector<int64_t> shape_of(const TensorSpec& tensor, const Sizes& sizes) const;
-  // "8192x8192" -> sizes; throws UsageError naming the expected form.
+  DType dtype_of(const TensorSpec& tensor, DType problem_dtype) const {
+    return tensor.fixed_dtype.value_or(problem_dtype);
+  }
+  // "8192x8192" or "4x32x4096x128,causal=0" -> sizes (named sizes take their defaults unless
+  // given); throws UsageError naming the expected form.
   Sizes parse_shape(std::string_view text) const;
   std::string format_shape(const Sizes& sizes) const;
   bool supports(DType dtype) const;

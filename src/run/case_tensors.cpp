@@ -10,13 +10,13 @@ CaseTensors::CaseTensors(const OpSpec& op, const Sizes& sizes, DType dtype)
   for (const auto& spec : op.tensors()) {
     TensorRef ref;
     ref.name = spec.name;
-    ref.dtype = dtype;
+    ref.dtype = op.dtype_of(spec, dtype);
     ref.shape = op.shape_of(spec, sizes);
     ref.is_output = spec.is_output;
     int64_t n = 1;
     for (const auto d : ref.shape)
       n *= d;
-    ref.bytes = static_cast<size_t>(n) * dtype_size(dtype);
+    ref.bytes = static_cast<size_t>(n) * dtype_size(ref.dtype);
     ref.offset = offset;
     offset += (ref.bytes + 255) / 256 * 256;
     refs_.push_back(ref);
