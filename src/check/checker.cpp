@@ -130,12 +130,20 @@ CaseResult Checker::run_case(const OpSpec& op, const CompileResult& build, const
   std::vector<std::vector<double>> expected;
   for (const auto& t : tensors.outputs())
     expected.emplace_back(static_cast<size_t>(t.numel()));
+  const size_t outputs = expected.size();
+  if (op.tolerance_relative_to_magnitude()) {
+    for (size_t i = 0; i < outputs; ++i)
+      expected.emplace_back(expected[i].size());
+  }
   op.reference(sizes, inputs, scalars, expected);
   Tolerance tol = op.tolerance(dtype);
   tol.atol *= tolerance_scale;
   tol.rtol *= tolerance_scale;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    CompareResult c = compare_output(tensors.outputs()[i], expected[i], tol);
+  for (size_t i = 0; i < outputs; ++i) {
+    const std::span<const double> magnitude = op.tolerance_relative_to_magnitude()
+                                                  ? std::span<const double>(expected[outputs + i])
+                                                  : std::span<const double>();
+    CompareResult c = compare_output(tensors.outputs()[i], expected[i], tol, magnitude);
     if (i == 0 || !c.pass) result.compare = std::move(c);
     if (!result.compare.pass) break;
   }

@@ -8,7 +8,8 @@
 namespace kforge {
 
 CompareResult compare_output(const HostTensor& got, std::span<const double> expected,
-                             Tolerance tolerance, size_t max_reported) {
+                             Tolerance tolerance, std::span<const double> magnitude,
+                             size_t max_reported) {
   CompareResult r;
   const int64_t n = got.numel();
   r.checked = n;
@@ -19,7 +20,10 @@ CompareResult compare_output(const HostTensor& got, std::span<const double> expe
     if (std::isfinite(e)) {
       if (std::isnan(g)) ++r.nan_where_finite;
       const double err = std::abs(g - e);
-      ok = std::isfinite(g) && err <= tolerance.atol + tolerance.rtol * std::abs(e);
+      const double scale = magnitude.empty()
+                               ? std::abs(e)
+                               : std::max(std::abs(e), magnitude[static_cast<size_t>(i)]);
+      ok = std::isfinite(g) && err <= tolerance.atol + tolerance.rtol * scale;
       if (std::isfinite(g)) {
         r.max_abs_error = std::max(r.max_abs_error, err);
         if (std::abs(e) > tolerance.atol)

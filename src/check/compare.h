@@ -35,7 +35,9 @@ struct CompareResult {
   nlohmann::json to_json() const;
 };
 
+// `magnitude`, when not empty, replaces |expected| in the relative term where it is larger.
 CompareResult compare_output(const HostTensor& got, std::span<const double> expected,
-                             Tolerance tolerance, size_t max_reported = 5);
+                             Tolerance tolerance, std::span<const double> magnitude = {},
+                             size_t max_reported = 5);
 
 }  // namespace kforge

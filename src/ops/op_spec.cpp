@@ -17,8 +17,8 @@ namespace {
 constexpr int64_t kChunk = 1 << 20;  // elements per independently seeded chunk
 
 // Maps a standard normal sample to the value `kind` asks for at flat index i.
-double shape_value(InputKind kind, double z, double u, int64_t i, double max_magnitude,
-                   double min_normal, double constant) {
+double shape_value(InputKind kind, double z, double u, int64_t i, int64_t row, double max_magnitude,
+                   double min_normal, double constant, double cancel) {
   switch (kind) {
     case InputKind::normal:
       return z;
@@ -34,6 +34,12 @@ double shape_value(InputKind kind, double z, double u, int64_t i, double max_mag
       return constant;
     case InputKind::very_negative:
       return -max_magnitude * (0.5 + 0.5 * u);
+    case InputKind::near_constant:
+      return constant * 50.0 + 1e-2 * z;
+    case InputKind::cancelling:
+      return (2 * (i % row) < row ? 1.0 : -1.0) * cancel * (1.0 + 0.1 * u);
+    case InputKind::fully_masked:  // masks are op-specific; activations stay normal
+      return z;
   }
   return z;
 }
@@ -56,6 +62,12 @@ std::string_view input_kind_name(InputKind kind) {
       return "all_equal";
     case InputKind::very_negative:
       return "very_negative";
+    case InputKind::near_constant:
+      return "near_constant";
+    case InputKind::cancelling:
+      return "cancelling";
+    case InputKind::fully_masked:
+      return "fully_masked";
   }
   return "?";
 }
@@ -85,8 +97,17 @@ void OpSpec::generate(const Sizes& sizes, InputKind kind, uint64_t seed,
     const InputKind tensor_kind = parameter ? InputKind::normal : kind;
     const double max_magnitude = max_input_magnitude(sizes, tensor.dtype);
     const double min_normal = dtype_min_normal(tensor.dtype);
+    const double scale = t < specs.size() && !specs[t].fan_in.empty()
+                             ? 1.0 / std::sqrt(static_cast<double>(sizes.at(specs[t].fan_in)))
+                             : 1.0;
     const double constant = Rng(seed, 1000 + t).normal() * 2.0;
     const int64_t n = tensor.numel();
+    // Rows are the last dimension. `cancelling` halves peak at row/2 * a: enough to overflow
+    // fp16 partial sums, while fp32 partial sums stay finite.
+    const int64_t row = tensor.shape.empty() ? 1 : std::max<int64_t>(1, tensor.shape.back());
+    const double cancel = tensor.dtype == DType::f16
+                              ? 4.0 * 65504.0 / static_cast<double>(row)
+                              : 0.25 * 3.4028234663852886e38 / static_cast<double>(row);
     parallel_for((n + kChunk - 1) / kChunk, [&](int64_t chunk) {
       Rng rng(seed, (t << 40) | static_cast<uint64_t>(chunk));
       const int64_t end = std::min(n, (chunk + 1) * kChunk);
@@ -94,7 +115,8 @@ void OpSpec::generate(const Sizes& sizes, InputKind kind, uint64_t seed,
         const double z = rng.normal();
         const double u = rng.uniform();
         store_element(tensor.data, tensor.dtype, static_cast<size_t>(i),
-                      shape_value(tensor_kind, z, u, i, max_magnitude, min_normal, constant));
+                      scale * shape_value(tensor_kind, z, u, i, row, max_magnitude, min_normal,
+                                          constant, cancel));
       }
     });
   }
@@ -181,6 +203,7 @@ Sizes OpSpec::parse_shape(std::string_view text) const {
     sizes[key] = parse_size(text, item.substr(eq + 1), true);
     pos = next;
   }
+  complete_sizes(sizes);
   return sizes;
 }
 

@@ -31,6 +31,9 @@ struct TensorSpec {
   bool is_parameter = false;
   // A dtype fixed by the op (e.g. int64 targets); otherwise the problem's dtype.
   std::optional<DType> fixed_dtype = std::nullopt;
+  // For weights: the size whose 1/sqrt scales the draws (as in the usual initializations), so
+  // products over that dimension stay O(1).
+  std::string fan_in = "";
 };
 
 struct ScalarSpec {
@@ -58,6 +61,9 @@ enum class InputKind {
   all_zeros,
   all_equal,
   very_negative,  // large negative values (softmax-like ops)
+  near_constant,  // rows of one value plus tiny noise: variance ~ 0 (normalizations)
+  cancelling,     // a row's first half +a, second half -a: partial sums peak, the sum is ~0
+  fully_masked,   // every row masked or ignored (e.g. all cross-entropy targets ignore_index)
 };
 std::string_view input_kind_name(InputKind kind);
 
@@ -81,6 +87,8 @@ class OpSpec {
   virtual std::vector<std::string> size_names() const = 0;
   virtual std::vector<TensorSpec> tensors() const = 0;  // inputs first, then outputs
   virtual std::vector<ScalarSpec> scalars() const { return {}; }
+  // Adds sizes derived from the others (e.g. RoPE's half_dim = head_dim / 2).
+  virtual void complete_sizes(Sizes&) const {}
   // Sizes given by name rather than position (e.g. attention's `causal`), with defaults.
   virtual Sizes named_size_defaults() const { return {}; }
   // The scalars passed to a kernel for one problem; by default the values of scalars().
@@ -94,6 +102,10 @@ class OpSpec {
   virtual Tolerance tolerance(DType dtype) const = 0;
 
   virtual std::vector<InputKind> stability_kinds() const;
+  // When true, reference() fills one extra vector per output with each element's magnitude
+  // (e.g. sum |x| for a row sum), and the tolerance is rtol * max(|ref|, magnitude): the
+  // rounding error of a sum scales with its terms, not with its (possibly cancelled) value.
+  virtual bool tolerance_relative_to_magnitude() const { return false; }
   // The largest |x| the stability stage feeds. Defaults to 90% of the dtype's max; ops whose
   // accumulation in fp32 must not overflow cap it (see rmsnorm).
   virtual double max_input_magnitude(const Sizes& sizes, DType dtype) const;
@@ -106,6 +118,9 @@ class OpSpec {
                          std::span<const double> scalars,
                          std::span<std::vector<double>> outputs) const = 0;
   virtual Cost cost(const Sizes& sizes, DType dtype) const = 0;
+  // Work of the float64 host reference; above kforge's limit, problems are checked against the
+  // op's GPU reference instead (see reference_on_gpu()).
+  virtual double reference_flops(const Sizes& sizes) const { return cost(sizes, DType::f32).flops; }
 
   // Helpers built on the above.
   std::vector<TensorSpec> inputs() const;

@@ -9,8 +9,16 @@ namespace {
 const std::vector<std::unique_ptr<OpSpec>>& registry() {
   static const auto specs = [] {
     std::vector<std::unique_ptr<OpSpec>> v;
-    v.push_back(make_rmsnorm_spec());
+    v.push_back(make_matmul_spec());
     v.push_back(make_softmax_spec());
+    v.push_back(make_layernorm_spec());
+    v.push_back(make_rmsnorm_spec());
+    v.push_back(make_flash_attention_spec());
+    v.push_back(make_fused_mlp_spec());
+    v.push_back(make_cross_entropy_spec());
+    v.push_back(make_rotary_embedding_spec());
+    v.push_back(make_rotary_embedding_half_spec());
+    v.push_back(make_reduce_spec());
     return v;
   }();
   return specs;

@@ -1,0 +1,86 @@
+// matmul: C[m, n] = sum_k A[m, k] * B[k, n]. fp32 means fp32: no TF32 in the default mode.
+#include <algorithm>
+#include <cmath>
+
+#include "core/parallel.h"
+#include "ops/registry.h"
+
+namespace kforge {
+namespace {
+
+Sizes mnk(int64_t m, int64_t n, int64_t k) {
+  return {{"M", m}, {"N", n}, {"K", k}};
+}
+
+class Matmul final : public OpSpec {
+ public:
+  std::string_view name() const override { return "matmul"; }
+  std::string_view formula() const override { return "C = A @ B"; }
+  std::vector<std::string> size_names() const override { return {"M", "N", "K"}; }
+  std::vector<TensorSpec> tensors() const override {
+    return {{"A", {"M", "K"}}, {"B", {"K", "N"}}, {"C", {"M", "N"}, true}};
+  }
+  std::vector<SizeCase> test_sizes() const override {
+    return {{"tiny", mnk(128, 128, 128)},      {"small", mnk(512, 512, 512)},
+            {"medium", mnk(1024, 1024, 1024)}, {"large", mnk(2048, 2048, 2048)},
+            {"xlarge", mnk(4096, 4096, 4096)}, {"tall", mnk(8192, 1024, 1024)},
+            {"wide", mnk(1024, 8192, 1024)},   {"deep_k", mnk(1024, 1024, 8192)},
+            {"llm_qkv", mnk(4096, 4096, 512)}, {"llm_mlp", mnk(4096, 11008, 4096)}};
+  }
+  std::vector<SizeCase> edge_sizes() const override {
+    return {{"edge_1023", mnk(1023, 1023, 1023)}, {"edge_4097", mnk(4097, 4097, 512)},
+            {"edge_1537", mnk(1537, 1537, 1537)}, {"one_row", mnk(1, 777, 129)},
+            {"one_col", mnk(333, 1, 65)},         {"odd_k", mnk(65, 67, 3)}};
+  }
+  std::vector<SizeCase> bench_sizes() const override { return test_sizes(); }
+  Sizes default_size() const override { return mnk(4096, 4096, 4096); }
+  std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
+  Tolerance tolerance(DType dtype) const override {
+    switch (dtype) {
+      case DType::f16:
+        return {1e-2, 1e-2};
+      case DType::bf16:
+        return {2e-2, 2e-2};
+      default:
+        return {1e-4, 1e-4};
+    }
+  }
+  // Products of two near-max values overflow in any dtype; cap so that a dot product of K of
+  // them stays within fp32 (and within fp16 for fp16 outputs).
+  double max_input_magnitude(const Sizes& sizes, DType dtype) const override {
+    const double k = static_cast<double>(sizes.at("K"));
+    const double out_max = dtype == DType::f16 ? 65504.0 : 3.4028234663852886e38;
+    return 0.5 * std::sqrt(out_max / k);
+  }
+
+  void reference(const Sizes& sizes, std::span<const std::vector<double>> in,
+                 std::span<const double>, std::span<std::vector<double>> out) const override {
+    const int64_t m = sizes.at("M"), n = sizes.at("N"), k = sizes.at("K");
+    const auto &a = in[0], &b = in[1];
+    auto& c = out[0];
+    parallel_for(m, [&](int64_t i) {
+      double* row = c.data() + i * n;
+      std::fill(row, row + n, 0.0);
+      for (int64_t p = 0; p < k; ++p) {
+        const double aip = a[i * k + p];
+        const double* brow = b.data() + p * n;
+        for (int64_t j = 0; j < n; ++j)
+          row[j] += aip * brow[j];
+      }
+    });
+  }
+
+  Cost cost(const Sizes& sizes, DType dtype) const override {
+    const double m = static_cast<double>(sizes.at("M")), n = static_cast<double>(sizes.at("N")),
+                 k = static_cast<double>(sizes.at("K"));
+    return {(m * k + k * n + m * n) * static_cast<double>(dtype_size(dtype)), 2 * m * n * k};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<OpSpec> make_matmul_spec() {
+  return std::make_unique<Matmul>();
+}
+
+}  // namespace kforge
