@@ -1,6 +1,7 @@
 #include "compile/expression.h"
 
 #include <cmath>
+#include <mutex>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -98,7 +99,10 @@ void configure(mu::Parser& parser) {
 
 struct Expression::Impl {
   mu::Parser parser;
-  mutable std::vector<double> slots;  // one per variable, bound before each Eval
+  // muParser's Eval mutates the parser (it parses lazily and binds through `slots`), so one
+  // evaluation runs at a time.
+  std::mutex mutex;
+  std::vector<double> slots;  // one per variable, bound before each Eval
 };
 
 Expression::Expression(std::string text) : text_(std::move(text)), impl_(std::make_unique<Impl>()) {
@@ -125,6 +129,7 @@ Expression::Expression(Expression&&) noexcept = default;
 Expression& Expression::operator=(Expression&&) noexcept = default;
 
 long long Expression::evaluate(const Bindings& bindings) const {
+  std::lock_guard lock(impl_->mutex);
   for (size_t i = 0; i < variables_.size(); ++i) {
     const auto it = bindings.find(variables_[i]);
     if (it == bindings.end()) {

@@ -24,7 +24,7 @@ class Expression {
   // Names the expression refers to (parameters, sizes, device limits).
   const std::vector<std::string>& variables() const { return variables_; }
   // Evaluates with every variable bound; throws kforge::Error naming a missing one or on
-  // division by zero.
+  // division by zero. Safe to call from several threads.
   long long evaluate(const Bindings& bindings) const;
 
  private:

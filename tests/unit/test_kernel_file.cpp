@@ -1,3 +1,7 @@
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "compile/kernel_file.h"
@@ -107,6 +111,24 @@ TEST(Expression, IntegerSemantics) {
   EXPECT_EQ(Expression("min(A, B) * 2").evaluate(b), 64);
   EXPECT_EQ(Expression("A > B ? 7 : 9").evaluate(b), 7);
   EXPECT_EQ(Expression("A / B").variables(), (std::vector<std::string>{"A", "B"}));
+}
+
+TEST(Expression, ConcurrentEvaluation) {
+  const Expression e("A >= 32 * B && A % 32 == 0");
+  std::atomic<int> wrong{0};
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        for (long long i = 0; i < 2000; ++i) {
+          const long long a = 32 * (i % 40 + t), b = i % 3;
+          const long long expected = (a >= 32 * b && a % 32 == 0) ? 1 : 0;
+          if (e.evaluate({{"A", a}, {"B", b}}) != expected) ++wrong;
+        }
+      });
+    }
+  }
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 TEST(Expression, Errors) {
