@@ -39,8 +39,9 @@ acc_t row_sum_of_squares(const kf_elem* x_row, int64_t N) {  // x_row: [N]
     partial[0] += v * v;
   }
   acc_t total = 0;
-  for (int k = 0; k < UNROLL; ++k)
+  for (int k = 0; k < UNROLL; ++k) {
     total += partial[k];
+  }
   return total;
 }
 

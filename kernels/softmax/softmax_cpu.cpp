@@ -30,8 +30,9 @@ using acc_t = std::conditional_t<kf_elem_dtype == KF_DTYPE_F32, double, float>;
 
 acc_t row_max(const kf_elem* x_row, int64_t cols) {  // x_row: [cols]
   acc_t partial[UNROLL];
-  for (int k = 0; k < UNROLL; ++k)
+  for (int k = 0; k < UNROLL; ++k) {
     partial[k] = -std::numeric_limits<acc_t>::infinity();
+  }
   int64_t j = 0;
   for (; j + UNROLL <= cols; j += UNROLL) {
     for (int k = 0; k < UNROLL; ++k) {
@@ -44,8 +45,9 @@ acc_t row_max(const kf_elem* x_row, int64_t cols) {  // x_row: [cols]
     partial[0] = v > partial[0] ? v : partial[0];
   }
   acc_t result = partial[0];
-  for (int k = 1; k < UNROLL; ++k)
+  for (int k = 1; k < UNROLL; ++k) {
     result = partial[k] > result ? partial[k] : result;
+  }
   return result;
 }
 
@@ -66,8 +68,9 @@ acc_t exp_and_sum(const kf_elem* x_row, acc_t max, acc_t* exp_row, int64_t cols)
     partial[0] += e;
   }
   acc_t total = 0;
-  for (int k = 0; k < UNROLL; ++k)
+  for (int k = 0; k < UNROLL; ++k) {
     total += partial[k];
+  }
   return total;
 }
 

@@ -14,9 +14,9 @@
 //
 // Idea: pass 1 reads the row once and keeps, per thread, a running maximum m and the sum
 // s = sum(exp(x - m)) ("online" softmax: when m grows, s is rescaled by exp(m_old - m_new)).
-// The (m, s) pairs are merged across the warp with shuffles and across the group's warps
-// through shared memory. Pass 2 re-reads the row (mostly from L2) and writes
-// y = exp(x - m) / s. Everything is accumulated in fp32.
+// The (m, s) pairs are merged across the warp with shuffles, then across the group's warps
+// through shared memory and a second shuffle. Pass 2 re-reads the row (mostly from L2) and
+// writes y = exp(x - m) / s. Everything is accumulated in fp32.
 //
 // Rows need not be aligned (cols = 50257 is common): each row is split into a scalar head
 // up to the first VEC-aligned element, a body of VEC-element vector accesses and a scalar
@@ -39,15 +39,21 @@ constexpr int kWarpSize = 32;
 constexpr int kWarps = BLOCK_THREADS / kWarpSize;
 constexpr int kGroupThreads = BLOCK_THREADS / ROWS_PER_BLOCK;  // threads that share one row
 constexpr int kWarpsPerGroup = kGroupThreads / kWarpSize;
+// 64 registers x 1024 threads fill an SM's register file, so any BLOCK_THREADS can launch.
+// (__launch_bounds__ would also guarantee that, but then ptxas squeezes some variants into 32
+// registers and spills.)
+constexpr int kMaxRegisters = 64;
 
 static_assert(kGroupThreads % kWarpSize == 0, "each row must be owned by whole warps");
 static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 bytes");
 
-// VEC consecutive elements, aligned so that one instruction loads or stores all of them.
-struct alignas(VEC * sizeof(kf_elem)) ElemPack {
-  kf_elem v[VEC];
+static_assert(VEC <= kGroupThreads, "a row's scalar head and tail take one pass of its group");
+
+// kVec consecutive elements, aligned so that one instruction loads or stores all of them.
+template <int kVec>
+struct alignas(kVec * sizeof(kf_elem)) ElemPack {
+  kf_elem v[kVec];
 };
-constexpr int kPackBytes = int(sizeof(ElemPack));
 
 // Running max and sum of exp(x - max) over the elements seen so far. The empty state uses
 // -FLT_MAX rather than -inf so that exp(max_a - max_b) never sees (-inf) - (-inf) = NaN.
@@ -69,119 +75,123 @@ __device__ __forceinline__ void add_elements(MaxSum& acc, const float (&v)[kCoun
   // One rescale per pack instead of one per element.
   float pack_max = v[0];
 #pragma unroll
-  for (int k = 1; k < kCount; ++k)
+  for (int k = 1; k < kCount; ++k) {
     pack_max = fmaxf(pack_max, v[k]);
+  }
   if (pack_max > acc.max) {
     acc.sum *= expf(acc.max - pack_max);
     acc.max = pack_max;
   }
 #pragma unroll
-  for (int k = 0; k < kCount; ++k)
+  for (int k = 0; k < kCount; ++k) {
     acc.sum += expf(v[k] - acc.max);
-}
-
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-  MaxSum out;
-  out.max = fmaxf(a.max, b.max);
-  out.sum = a.sum * expf(a.max - out.max) + b.sum * expf(b.max - out.max);
-  return out;
-}
-
-__device__ __forceinline__ MaxSum warp_merge(MaxSum acc) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    MaxSum other;
-    other.max = __shfl_xor_sync(0xffffffffu, acc.max, offset);
-    other.sum = __shfl_xor_sync(0xffffffffu, acc.sum, offset);
-    acc = merge(acc, other);
   }
-  return acc;
 }
 
-template <bool kVectorized>
-__global__ void __launch_bounds__(BLOCK_THREADS)
+// Merges the (max, sum) pairs of a warp's lanes: the warp's max, then each lane rescales its
+// sum to it (one exp per lane) and the sums are added. The butterfly adds the same pairs in
+// every lane (a + b == b + a), so all lanes end with bit-identical results.
+__device__ __forceinline__ MaxSum warp_merge(MaxSum acc) {
+  float max = acc.max;
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
+  }
+  float sum = acc.sum * expf(acc.max - max);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  }
+  return MaxSum{max, sum};
+}
+
+// Merges over the kWarpsPerGroup warps of this thread's group; every thread of the group gets
+// the same result. Contains a __syncthreads(), so every thread of the block must call it.
+__device__ __forceinline__ MaxSum group_merge(MaxSum acc, int group) {
+  __shared__ float warp_max[kWarps];
+  __shared__ float warp_sum[kWarps];
+  const int lane = threadIdx.x % kWarpSize;
+  acc = warp_merge(acc);
+  if (lane == 0) {
+    warp_max[threadIdx.x / kWarpSize] = acc.max;
+    warp_sum[threadIdx.x / kWarpSize] = acc.sum;
+  }
+  __syncthreads();
+  MaxSum part;  // lanes past the group's warp count hold the empty state
+  if (lane < kWarpsPerGroup) {
+    part.max = warp_max[group * kWarpsPerGroup + lane];
+    part.sum = warp_sum[group * kWarpsPerGroup + lane];
+  }
+  return warp_merge(part);
+}
+
+// Packs of kVec elements; kVec == 1 is the scalar path, for bases that are not vector-aligned.
+template <int kVec>
+__global__ void __maxnreg__(kMaxRegisters)
     softmax_rowblock(const kf_elem* __restrict__ x,  // x: [rows, cols]
                      kf_elem* __restrict__ y,        // y: [rows, cols]
                      int64_t rows, int cols) {
-  __shared__ float warp_max[kWarps];
-  __shared__ float warp_sum[kWarps];
+  using Pack = ElemPack<kVec>;
+  constexpr int kPackBytes = int(sizeof(Pack));
 
   const int group = threadIdx.x / kGroupThreads;
   const int thread_in_group = threadIdx.x % kGroupThreads;
   const int64_t row = int64_t(blockIdx.x) * ROWS_PER_BLOCK + group;
   // The last block can hold fewer than ROWS_PER_BLOCK rows; its idle groups still take part
-  // in the barrier below, so they cannot return early.
+  // in the barrier in group_merge, so they cannot return early.
   const bool has_row = row < rows;
 
   const kf_elem* x_row = x + row * cols;  // x_row: [cols]
   kf_elem* y_row = y + row * cols;        // y_row: [cols]
 
   // Row layout: [0, head) scalar, [head, tail_start) as `packs` vectors, [tail_start, cols)
-  // scalar. Without vectorization the whole row is the tail.
-  int head = 0;
-  int packs = 0;
-  if constexpr (kVectorized) {
-    const int misalignment = int(reinterpret_cast<uintptr_t>(x_row) % kPackBytes);
-    head = min(cols, (kPackBytes - misalignment) % kPackBytes / int(sizeof(kf_elem)));
-    packs = (cols - head) / VEC;
-  }
-  const int tail_start = head + packs * VEC;
-  const ElemPack* x_packs = reinterpret_cast<const ElemPack*>(x_row + head);  // [packs]
-  ElemPack* y_packs = reinterpret_cast<ElemPack*>(y_row + head);              // [packs]
+  // scalar. head and the tail are shorter than kVec, so each thread handles at most one
+  // element of each.
+  const int misalignment = int(reinterpret_cast<uintptr_t>(x_row) % kPackBytes);
+  const int head = min(cols, (kPackBytes - misalignment) % kPackBytes / int(sizeof(kf_elem)));
+  const int packs = (cols - head) / kVec;
+  const int tail_start = head + packs * kVec;
+  const int tail_index = tail_start + thread_in_group;  // this thread's tail element, if < cols
+  const Pack* x_packs = reinterpret_cast<const Pack*>(x_row + head);  // [packs]
+  Pack* y_packs = reinterpret_cast<Pack*>(y_row + head);              // [packs]
 
   // Pass 1: max and sum of exp over the row.
   MaxSum acc;
   if (has_row) {
-    for (int j = thread_in_group; j < head; j += kGroupThreads) {
-      add_element(acc, kf_to_float(x_row[j]));
-    }
     for (int p = thread_in_group; p < packs; p += kGroupThreads) {
-      const ElemPack pack = x_packs[p];
-      float v[VEC];
+      const Pack pack = x_packs[p];
+      float v[kVec];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k)
+      for (int k = 0; k < kVec; ++k) {
         v[k] = kf_to_float(pack.v[k]);
+      }
       add_elements(acc, v);
     }
-    for (int j = tail_start + thread_in_group; j < cols; j += kGroupThreads) {
-      add_element(acc, kf_to_float(x_row[j]));
-    }
+    if (thread_in_group < head) add_element(acc, kf_to_float(x_row[thread_in_group]));
+    if (tail_index < cols) add_element(acc, kf_to_float(x_row[tail_index]));
   }
 
-  acc = warp_merge(acc);
-  if (threadIdx.x % kWarpSize == 0) {
-    warp_max[threadIdx.x / kWarpSize] = acc.max;
-    warp_sum[threadIdx.x / kWarpSize] = acc.sum;
-  }
-  __syncthreads();
+  const MaxSum row_acc = group_merge(acc, group);
   if (!has_row) return;
 
-  // Every thread merges its group's warps in the same order, so all agree on the result.
-  MaxSum row_acc;
-#pragma unroll
-  for (int w = 0; w < kWarpsPerGroup; ++w) {
-    MaxSum part;
-    part.max = warp_max[group * kWarpsPerGroup + w];
-    part.sum = warp_sum[group * kWarpsPerGroup + w];
-    row_acc = merge(row_acc, part);
-  }
   // The row's maximum contributes exp(0) = 1, so the sum is at least 1.
   const float row_max = row_acc.max;
   const float inv_sum = 1.0f / row_acc.sum;
 
   // Pass 2: y = exp(x - max) / sum.
-  for (int j = thread_in_group; j < head; j += kGroupThreads) {
-    y_row[j] = kf_from_float<kf_elem>(expf(kf_to_float(x_row[j]) - row_max) * inv_sum);
-  }
   for (int p = thread_in_group; p < packs; p += kGroupThreads) {
-    const ElemPack xp = x_packs[p];
-    ElemPack yp;
+    const Pack xp = x_packs[p];
+    Pack yp;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
+    for (int k = 0; k < kVec; ++k) {
       yp.v[k] = kf_from_float<kf_elem>(expf(kf_to_float(xp.v[k]) - row_max) * inv_sum);
     }
     y_packs[p] = yp;
   }
-  for (int j = tail_start + thread_in_group; j < cols; j += kGroupThreads) {
+  if (thread_in_group < head) {
+    const int j = thread_in_group;
+    y_row[j] = kf_from_float<kf_elem>(expf(kf_to_float(x_row[j]) - row_max) * inv_sum);
+  }
+  if (tail_index < cols) {
+    const int j = tail_index;
     y_row[j] = kf_from_float<kf_elem>(expf(kf_to_float(x_row[j]) - row_max) * inv_sum);
   }
 }
@@ -217,15 +227,16 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   auto* y_data = static_cast<kf_elem*>(y.data);
   const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
 
-  // Equal misalignment of x and y keeps every row's vector body aligned in both.
-  const bool vectorized = VEC > 1 && reinterpret_cast<uintptr_t>(x_data) % kPackBytes == 0 &&
+  // Equal misalignment of x and y keeps every row's vector body aligned in both; it holds
+  // when both bases are aligned.
+  constexpr uintptr_t kPackBytes = sizeof(ElemPack<VEC>);
+  const bool vectorized = reinterpret_cast<uintptr_t>(x_data) % kPackBytes == 0 &&
                           reinterpret_cast<uintptr_t>(y_data) % kPackBytes == 0;
+  const dim3 grid(static_cast<unsigned>(blocks));
   if (vectorized) {
-    softmax_rowblock<true>
-        <<<unsigned(blocks), BLOCK_THREADS, 0, stream>>>(x_data, y_data, rows, int(cols));
+    softmax_rowblock<VEC><<<grid, BLOCK_THREADS, 0, stream>>>(x_data, y_data, rows, int(cols));
   } else {
-    softmax_rowblock<false>
-        <<<unsigned(blocks), BLOCK_THREADS, 0, stream>>>(x_data, y_data, rows, int(cols));
+    softmax_rowblock<1><<<grid, BLOCK_THREADS, 0, stream>>>(x_data, y_data, rows, int(cols));
   }
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }

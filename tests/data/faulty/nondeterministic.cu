@@ -20,7 +20,6 @@
 namespace {
 
 constexpr int kBlockThreads = 256;
-
 constexpr int kBlocksPerRow = 8;
 
 __device__ __forceinline__ float warp_sum(float value) {
@@ -92,14 +91,13 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   if (kf_numel(&weight) != N) return KF_ERR_UNSUPPORTED;
   if (N == 0 || kf_numel(&x) == 0) return KF_OK;
   const int64_t M = kf_numel(&x) / N;
-  if (N > INT32_MAX || M > INT32_MAX) return KF_ERR_UNSUPPORTED;
+  if (N > INT32_MAX || M * kBlocksPerRow > INT32_MAX) return KF_ERR_UNSUPPORTED;
 
   const auto* x_data = static_cast<const kf_elem*>(x.data);
   const auto* w_data = static_cast<const kf_elem*>(weight.data);
   auto* y_data = static_cast<kf_elem*>(y.data);
   const float eps = float(args->scalars[0]);
   const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
-  if (M * kBlocksPerRow > INT32_MAX) return KF_ERR_UNSUPPORTED;
 
   float* row_sum_sq = nullptr;  // row_sum_sq: [M]
   if (cudaMallocAsync(&row_sum_sq, size_t(M) * sizeof(float), stream) != cudaSuccess) {

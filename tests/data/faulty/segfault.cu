@@ -32,8 +32,9 @@ __device__ float block_sum(float value) {
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
   __syncthreads();
   float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w)
+  for (int w = 0; w < kWarps; ++w) {
     total += warp_sums[w];
+  }
   return total;
 }
 

@@ -34,8 +34,9 @@ __device__ float block_sum_missing_barrier(float value, float* warp_sums) {
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
   // The fault: a __syncthreads() belongs here.
   float total = 0.0f;
-  for (int w = 0; w < kWarps; ++w)
+  for (int w = 0; w < kWarps; ++w) {
     total += warp_sums[w];
+  }
   return total;
 }
 
