@@ -1,6 +1,6 @@
 # Fails if clang-format would change any C++ or CUDA source under the listed directories.
 file(GLOB_RECURSE sources
-  ${SOURCE_DIR}/src/*.cpp ${SOURCE_DIR}/src/*.h
+  ${SOURCE_DIR}/src/*.cpp ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cu
   ${SOURCE_DIR}/include/*.h ${SOURCE_DIR}/include/*.cuh
   ${SOURCE_DIR}/kernels/*.cu ${SOURCE_DIR}/kernels/*.cpp
   ${SOURCE_DIR}/tests/*.cpp ${SOURCE_DIR}/tests/*.h ${SOURCE_DIR}/tests/*.cu)

@@ -46,7 +46,6 @@ constexpr int kMaxRegisters = 64;
 
 static_assert(kGroupThreads % kWarpSize == 0, "each row must be owned by whole warps");
 static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 bytes");
-
 static_assert(VEC <= kGroupThreads, "a row's scalar head and tail take one pass of its group");
 
 // kVec consecutive elements, aligned so that one instruction loads or stores all of them.

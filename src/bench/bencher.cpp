@@ -3,8 +3,74 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "device/cublas_ops.h"
 
 namespace kforge {
+
+namespace {
+
+// Sends a bench request (a module) or a baseline request (a library call) over fresh inputs.
+WorkerReply time_request(WorkerClient& worker, const OpSpec& op, const BenchOptions& options,
+                         uint64_t seed, const char* kind, const std::filesystem::path* module,
+                         std::chrono::milliseconds timeout) {
+  CaseTensors tensors(op, options.sizes, options.dtype);
+  tensors.generate_inputs(InputKind::normal, seed);
+  tensors.poison_outputs();
+  nlohmann::json request = tensors.request(kind, module ? *module : std::filesystem::path(),
+                                           op.scalar_values(options.sizes));
+  request["settings"] = options.settings;
+  request["op_name"] = op.name();
+  request["sizes"] = options.sizes;
+  const auto limit =
+      timeout + std::chrono::milliseconds(static_cast<long long>(
+                    1000 * (options.settings.max_seconds + options.settings.warmup_seconds) * 2));
+  return worker.request(request, limit);
+}
+
+std::optional<BaselineResult> time_baseline(Checker& checker, WorkerClient& worker,
+                                            const KernelFile& file, const OpSpec& op,
+                                            const BenchOptions& options,
+                                            const BenchResult& candidate,
+                                            std::chrono::milliseconds timeout) {
+  BaselineResult b;
+  const bool cuda = worker.device().backend == "cuda";
+  WorkerReply reply;
+  if (cuda && has_library_baseline(op.name())) {
+    reply = time_request(worker, op, options, candidate.seed, "baseline", nullptr, timeout);
+    if (reply.ok()) b.what = reply.body.value("baseline", "library");
+  } else {
+    // No vendor library implements the op: the library's own starter is the baseline.
+    const auto path =
+        default_include_dir().parent_path() / "kernels" / starter_kernel(op.name(), cuda);
+    if (!std::filesystem::exists(path)) return std::nullopt;
+    const KernelFile starter = KernelFile::load(path);
+    if (starter.source == file.source &&
+        candidate.build.variant.params == starter.with_derived(starter.resolve_params(), {})) {
+      return std::nullopt;  // the candidate is the starter itself
+    }
+    Verdict verdict = Verdict::ok;
+    const CompileResult build =
+        checker.build(starter, starter.resolve_params(), options.dtype,
+                      candidate.build.variant.arch, &options.sizes, &verdict);
+    b.what = fmt::format("starter {}", build.variant.describe());
+    if (verdict != Verdict::ok) {
+      b.detail = fmt::format("{}: {}", verdict_name(verdict), build.log);
+      return b;
+    }
+    reply = time_request(worker, op, options, candidate.seed, "bench", &build.module, timeout);
+  }
+  if (!reply.ok()) {
+    b.detail = fmt::format("{}: {}", verdict_name(reply.verdict), reply.detail);
+    return b;
+  }
+  b.ok = true;
+  b.stats = summarize(reply.body.at("samples_ms").get<std::vector<double>>());
+  b.speedup = candidate.stats.median > 0 ? b.stats.median / candidate.stats.median : 0;
+  b.comparison = compare_timings(b.stats, candidate.stats);
+  return b;
+}
+
+}  // namespace
 
 BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFile& file,
                          const OpSpec& op, const BenchOptions& options, const Ceilings& ceilings) {
@@ -36,23 +102,14 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
     return r;
   }
 
-  CaseTensors tensors(op, options.sizes, options.dtype);
-  tensors.generate_inputs(InputKind::normal, r.seed);
-  tensors.poison_outputs();
-  const std::vector<double> scalars = op.scalar_values(options.sizes);
-  nlohmann::json request = tensors.request("bench", r.build.module, scalars);
-  request["settings"] = options.settings;
-  const auto bench_timeout =
-      timeout + std::chrono::milliseconds(static_cast<long long>(
-                    1000 * (options.settings.max_seconds + options.settings.warmup_seconds) * 2));
-  const WorkerReply reply = worker.request(request, bench_timeout);
+  const WorkerReply reply =
+      time_request(worker, op, options, r.seed, "bench", &r.build.module, timeout);
   if (!reply.ok()) {
     r.verdict = reply.verdict;
     r.detail = "during timing: " + reply.detail;
     return r;
   }
-  const auto samples = reply.body.at("samples_ms").get<std::vector<double>>();
-  r.stats = summarize(samples);
+  r.stats = summarize(reply.body.at("samples_ms").get<std::vector<double>>());
   r.throttled_samples = reply.body.at("throttled_samples");
   r.clock_monitored = reply.body.at("clock_monitored");
   r.sm_clock_mhz = reply.body.value("sm_clock_mhz_median", 0);
@@ -65,10 +122,25 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
     if (ceilings.copy_gbps > 0) r.pct_of_copy = 100.0 * r.gbps / ceilings.copy_gbps;
     if (ceilings.matmul_tflops) r.pct_of_matmul = 100.0 * r.tflops / *ceilings.matmul_tflops;
   }
+  if (options.baseline) r.baseline = time_baseline(checker, worker, file, op, options, r, timeout);
   return r;
 }
 
 nlohmann::json BenchResult::to_json(const OpSpec& op) const {
+  const auto baseline_json = [&]() -> nlohmann::json {
+    if (!baseline) return nullptr;
+    return {{"what", baseline->what},
+            {"ok", baseline->ok},
+            {"detail", baseline->detail},
+            {"time_us",
+             {{"median", baseline->stats.median * 1e3},
+              {"p10", baseline->stats.p10 * 1e3},
+              {"p90", baseline->stats.p90 * 1e3},
+              {"rel_noise", baseline->stats.rel_noise},
+              {"samples", baseline->stats.count}}},
+            {"speedup", baseline->speedup},
+            {"candidate_vs_baseline", comparison_name(baseline->comparison)}};
+  };
   const auto number_or_null = [](double v) {
     return std::isnan(v) ? nlohmann::json() : nlohmann::json(v);
   };
@@ -101,7 +173,8 @@ nlohmann::json BenchResult::to_json(const OpSpec& op) const {
           {"gbps", gbps},
           {"tflops", tflops},
           {"pct_of_copy_ceiling", number_or_null(pct_of_copy)},
-          {"pct_of_matmul_ceiling", number_or_null(pct_of_matmul)}};
+          {"pct_of_matmul_ceiling", number_or_null(pct_of_matmul)},
+          {"baseline", baseline_json()}};
 }
 
 }  // namespace kforge

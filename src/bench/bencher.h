@@ -16,6 +16,16 @@
 
 namespace kforge {
 
+// What the candidate is compared with, timed by the same method in the same run.
+struct BaselineResult {
+  std::string what;  // "cuBLAS ..." or the starter kernel's variant
+  bool ok = false;
+  std::string detail;  // why there is no timing, when !ok
+  SampleStats stats;
+  double speedup = 0;  // baseline median / candidate median
+  Comparison comparison = Comparison::unclear;
+};
+
 struct BenchOptions {
   Sizes sizes;
   DType dtype = DType::bf16;
@@ -24,6 +34,7 @@ struct BenchOptions {
   BenchSettings settings;
   uint64_t seed = 0;
   std::chrono::milliseconds timeout{0};
+  bool baseline = true;  // also time the baseline
 };
 
 struct BenchResult {
@@ -43,6 +54,7 @@ struct BenchResult {
   double tflops = 0;
   double pct_of_copy = NAN;    // achieved bytes/s over the measured copy ceiling
   double pct_of_matmul = NAN;  // achieved FLOP/s over the measured matmul ceiling
+  std::optional<BaselineResult> baseline;
 
   nlohmann::json to_json(const OpSpec& op) const;
 };

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "device/cublas_ops.h"
 
 namespace kforge {
 namespace {
@@ -95,6 +96,64 @@ CompileResult Checker::build(const KernelFile& file, const ParamValues& params, 
   return r;
 }
 
+std::vector<std::vector<double>> gpu_reference(WorkerClient& reference_worker, const OpSpec& op,
+                                               const Sizes& sizes, const CaseTensors& tensors) {
+  // A region of its own: the inputs as the kernel saw them, and f32 outputs.
+  std::vector<TensorRef> refs;
+  size_t offset = 0;
+  const auto place = [&](const HostTensor& t, bool output) {
+    TensorRef r{t.name, output ? DType::f32 : t.dtype, t.shape, offset, 0, output};
+    r.bytes = static_cast<size_t>(t.numel()) * dtype_size(r.dtype);
+    offset += (r.bytes + 255) / 256 * 256;
+    refs.push_back(r);
+  };
+  for (const auto& t : tensors.inputs())
+    place(t, false);
+  for (const auto& t : tensors.outputs())
+    place(t, true);
+  const SharedRegion region = SharedRegion::create(offset);
+  for (size_t i = 0; i < tensors.inputs().size(); ++i) {
+    std::memcpy(region.data() + refs[i].offset, tensors.inputs()[i].data, refs[i].bytes);
+  }
+  const nlohmann::json request = {{"op", "reference"},       {"op_name", op.name()},
+                                  {"sizes", sizes},          {"scalars", op.scalar_values(sizes)},
+                                  {"region", region.name()}, {"region_bytes", region.size()},
+                                  {"tensors", refs}};
+  const WorkerReply reply = reference_worker.request(request, std::chrono::minutes(5));
+  if (!reply.ok())
+    throw Error(fmt::format("GPU reference for {} failed: {}", op.name(), reply.detail));
+  std::vector<std::vector<double>> out;
+  for (size_t i = tensors.inputs().size(); i < refs.size(); ++i) {
+    std::vector<double> v(refs[i].bytes / 4);
+    widen_to_double(region.data() + refs[i].offset, DType::f32, v);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<std::vector<double>> Checker::expected_outputs(const OpSpec& op, const Sizes& sizes,
+                                                           const CaseTensors& tensors,
+                                                           const std::vector<double>& scalars) {
+  if (op.reference_flops(sizes) > kHostReferenceFlopLimit) {
+    if (worker_.options().backend != "cuda" || !has_gpu_reference(op.name())) return {};
+    if (!reference_worker_) {
+      WorkerOptions options = worker_.options();
+      options.log_dir.clear();
+      reference_worker_ = std::make_unique<WorkerClient>(options);
+    }
+    return gpu_reference(*reference_worker_, op, sizes, tensors);
+  }
+  std::vector<std::vector<double>> expected;
+  for (const auto& t : tensors.outputs())
+    expected.emplace_back(static_cast<size_t>(t.numel()));
+  if (op.tolerance_relative_to_magnitude()) {
+    for (const auto& t : tensors.outputs())
+      expected.emplace_back(static_cast<size_t>(t.numel()));
+  }
+  op.reference(sizes, tensors.inputs_as_double(), scalars, expected);
+  return expected;
+}
+
 CaseResult Checker::run_case(const OpSpec& op, const CompileResult& build, const std::string& stage,
                              const std::string& label, const Sizes& sizes, InputKind kind,
                              uint64_t seed, double tolerance_scale,
@@ -126,23 +185,21 @@ CaseResult Checker::run_case(const OpSpec& op, const CompileResult& build, const
     return result;
   }
 
-  const auto inputs = tensors.inputs_as_double();
-  std::vector<std::vector<double>> expected;
-  for (const auto& t : tensors.outputs())
-    expected.emplace_back(static_cast<size_t>(t.numel()));
-  const size_t outputs = expected.size();
-  if (op.tolerance_relative_to_magnitude()) {
-    for (size_t i = 0; i < outputs; ++i)
-      expected.emplace_back(expected[i].size());
+  auto expected = expected_outputs(op, sizes, tensors, scalars);
+  if (expected.empty()) {
+    result.skipped = true;
+    result.detail = "no reference at this size on this backend (needs the GPU reference)";
+    return result;
   }
-  op.reference(sizes, inputs, scalars, expected);
+  const size_t outputs = tensors.outputs().size();
   Tolerance tol = op.tolerance(dtype);
   tol.atol *= tolerance_scale;
   tol.rtol *= tolerance_scale;
   for (size_t i = 0; i < outputs; ++i) {
-    const std::span<const double> magnitude = op.tolerance_relative_to_magnitude()
-                                                  ? std::span<const double>(expected[outputs + i])
-                                                  : std::span<const double>();
+    const std::span<const double> magnitude =
+        op.tolerance_relative_to_magnitude() && expected.size() > outputs
+            ? std::span<const double>(expected[outputs + i])
+            : std::span<const double>();
     CompareResult c = compare_output(tensors.outputs()[i], expected[i], tol, magnitude);
     if (i == 0 || !c.pass) result.compare = std::move(c);
     if (!result.compare.pass) break;

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,15 @@ struct CheckReport {
 // Progress lines ("[shape_sweep] large bf16 ... OK").
 using ProgressFn = std::function<void(const std::string&)>;
 
+// Problems whose float64 host reference would take more than this many FLOPs are checked
+// against the op's GPU reference instead (on the CUDA backend), or skipped (on the CPU backend).
+inline constexpr double kHostReferenceFlopLimit = 4e9;
+
+// The op's fp32 GPU reference for the inputs in `tensors`, computed by `reference_worker` (a
+// worker that never loads candidate code). One vector per output.
+std::vector<std::vector<double>> gpu_reference(WorkerClient& reference_worker, const OpSpec& op,
+                                               const Sizes& sizes, const CaseTensors& tensors);
+
 class Checker {
  public:
   Checker(const Compiler& compiler, WorkerClient& worker) : compiler_(compiler), worker_(worker) {}
@@ -103,8 +113,15 @@ class Checker {
                          const std::function<bool(CaseResult)>& record);
 
  private:
+  // Expected outputs (and magnitudes, for ops that ask for them); empty when no reference is
+  // available for this problem on this backend.
+  std::vector<std::vector<double>> expected_outputs(const OpSpec& op, const Sizes& sizes,
+                                                    const CaseTensors& tensors,
+                                                    const std::vector<double>& scalars);
+
   const Compiler& compiler_;
   WorkerClient& worker_;
+  std::unique_ptr<WorkerClient> reference_worker_;  // started on first use
 };
 
 // Per-run time limit scaled to the data a problem moves.

@@ -137,6 +137,9 @@ class OpSpec {
 };
 
 const OpSpec* find_op(std::string_view name);
+// The library's starter kernel file for an op, relative to the source tree's kernels/ folder:
+// the baseline a candidate is timed against when no vendor library implements the op.
+std::string starter_kernel(std::string_view op, bool cuda);
 std::vector<const OpSpec*> all_ops();
 // "rmsnorm, softmax"
 std::string op_names();

@@ -33,6 +33,12 @@ const OpSpec* find_op(std::string_view name) {
   return nullptr;
 }
 
+std::string starter_kernel(std::string_view op, bool cuda) {
+  if (!cuda) return fmt::format("{0}/{0}_cpu.cpp", op);
+  const bool tiled = op == "matmul" || op == "flash_attention" || op == "fused_mlp";
+  return fmt::format("{0}/{0}_{1}.cu", op, tiled ? "tiled" : "rowblock");
+}
+
 std::vector<const OpSpec*> all_ops() {
   std::vector<const OpSpec*> out;
   for (const auto& spec : registry())

@@ -18,6 +18,7 @@ class CaseTensors {
   CaseTensors(const OpSpec& op, const Sizes& sizes, DType dtype);
 
   std::vector<HostTensor>& inputs() { return inputs_; }
+  const std::vector<HostTensor>& inputs() const { return inputs_; }
   std::vector<HostTensor>& outputs() { return outputs_; }
   const std::vector<HostTensor>& outputs() const { return outputs_; }
   size_t largest_tensor_elements() const;

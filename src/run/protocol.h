@@ -7,6 +7,10 @@
 //                                                       "inputs_modified":[...]}
 //   {"op":"bench", ...as run..., "settings":{...}}  -> {"ok":true,"samples_ms":[...],...}
 //   {"op":"ceilings"}                               -> {"ok":true,"ceilings":{...}}
+//   {"op":"baseline","op_name":O,"sizes":{...},"region":R,"tensors":[...],"settings":{...}}
+//                                                   -> as bench, timing cuBLAS (matmul, MLP)
+//   {"op":"reference","op_name":O,"sizes":{...},"scalars":[...],"region":R,"tensors":[...]}
+//                                                   -> {"ok":true}; f32 outputs in the region
 //
 // A failed request answers {"ok":false,"kind":K,"error":TEXT}, K one of: "oom", "fault" (device
 // code failed; the worker exits after answering), "status" (the entry returned non-zero),

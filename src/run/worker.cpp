@@ -1,6 +1,7 @@
 // The worker: loads kernel modules and runs them on one device, on kforge's behalf. Anything a
 // candidate does wrong (crash, hang, illegal access, running out of memory) happens here, and
 // kforge sees it as a verdict.
+#include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "core/process.h"
 #include "device/backend.h"
+#include "device/cublas_ops.h"
 #include "kforge/kernel.h"
 #include "run/protocol.h"
 #include "run/shared_region.h"
@@ -157,6 +159,15 @@ class DeviceTensors {
     return a;
   }
 
+  // Device pointers of the inputs (or outputs), in order.
+  std::vector<void*> pointers(bool outputs) const {
+    std::vector<void*> out;
+    for (const auto& t : tensors_) {
+      if (t.ref.is_output == outputs) out.push_back(t.data());
+    }
+    return out;
+  }
+
   // Outputs back into the shared region; reports guard bands overwritten and inputs changed.
   void download(nlohmann::json& reply) {
     nlohmann::json guards = nlohmann::json::array();
@@ -211,6 +222,8 @@ class Worker {
     if (op == "ceilings") return {{"ok", true}, {"ceilings", backend_->measure_ceilings()}};
     if (op == "run") return run(request);
     if (op == "bench") return bench(request);
+    if (op == "baseline") return baseline(request);
+    if (op == "reference") return reference(request);
     throw Error(fmt::format("unknown request '{}'", op));
   }
 
@@ -264,11 +277,70 @@ class Worker {
 
   nlohmann::json bench(const nlohmann::json& request) {
     Prepared p = prepare(request);
-    const BenchSettings settings = request.at("settings").get<BenchSettings>();
     DeviceTensors tensors(*backend_, p.region, p.refs);
     const kf_args args = tensors.args(p.scalars, backend_->stream());
-    const auto call = [&] { launch(p.entry, args); };
+    nlohmann::json reply =
+        sample(request.at("settings").get<BenchSettings>(), [&] { launch(p.entry, args); });
+    tensors.download(reply);
+    return reply;
+  }
 
+  // Times the library call PyTorch eager would make for this problem (cuBLAS).
+  nlohmann::json baseline(const nlohmann::json& request) {
+    if (backend_->info().backend != "cuda") throw Error("library baselines need the CUDA backend");
+    const auto refs = request.at("tensors").get<std::vector<TensorRef>>();
+    const SharedRegion region =
+        SharedRegion::open(request.at("region"), request.at("region_bytes"));
+    DeviceTensors tensors(*backend_, region, refs);
+    const Sizes sizes = request.at("sizes").get<Sizes>();
+    auto library =
+        make_library_baseline(request.at("op_name").get<std::string>(), sizes, refs.front().dtype,
+                              tensors.pointers(false), tensors.pointers(true),
+                              static_cast<cudaStream_t>(backend_->stream()));
+    nlohmann::json reply = sample(request.at("settings").get<BenchSettings>(), [&] {
+      library->call();
+      backend_->check_launch();
+    });
+    reply["baseline"] = library->describe();
+    tensors.download(reply);
+    return reply;
+  }
+
+  // fp32 GPU reference: inputs widened on the host, outputs written as f32 into the region.
+  nlohmann::json reference(const nlohmann::json& request) {
+    if (backend_->info().backend != "cuda") throw Error("GPU references need the CUDA backend");
+    const auto refs = request.at("tensors").get<std::vector<TensorRef>>();
+    const SharedRegion region =
+        SharedRegion::open(request.at("region"), request.at("region_bytes"));
+    std::vector<std::vector<float>> inputs, outputs;
+    std::vector<const TensorRef*> output_refs;
+    for (const auto& ref : refs) {
+      const size_t n = ref.bytes / dtype_size(ref.dtype);
+      if (ref.is_output) {
+        if (ref.dtype != DType::f32) throw Error("GPU reference outputs are f32");
+        outputs.emplace_back(n);
+        output_refs.push_back(&ref);
+      } else {
+        std::vector<float> v(n);
+        for (size_t i = 0; i < n; ++i) {
+          v[i] = static_cast<float>(load_element(region.data() + ref.offset, ref.dtype, i));
+        }
+        inputs.push_back(std::move(v));
+      }
+    }
+    compute_gpu_reference(request.at("op_name").get<std::string>(),
+                          request.at("sizes").get<Sizes>(),
+                          request.at("scalars").get<std::vector<double>>(), inputs, outputs,
+                          static_cast<cudaStream_t>(backend_->stream()));
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      std::memcpy(region.data() + output_refs[i]->offset, outputs[i].data(),
+                  outputs[i].size() * sizeof(float));
+    }
+    return {{"ok", true}};
+  }
+
+  // Warm-up, then cold-cache samples of `call` until the stopping rule says the median is known.
+  nlohmann::json sample(const BenchSettings& settings, const std::function<void()>& call) {
     // Warm-up: module load, first-launch costs and clock ramp-up stay out of the samples.
     const auto warm_start = Clock::now();
     size_t warmup_runs = 0;
@@ -313,7 +385,6 @@ class Worker {
       std::sort(clocks.begin(), clocks.end());
       reply["sm_clock_mhz_median"] = clocks[clocks.size() / 2];
     }
-    tensors.download(reply);
     return reply;
   }
 

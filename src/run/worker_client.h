@@ -46,6 +46,7 @@ class WorkerClient {
   // determinism check).
   void restart();
   int workers_started() const { return started_; }
+  const WorkerOptions& options() const { return options_; }
   std::string log_tail(size_t max_bytes = 2000) const;
 
  private:

@@ -1,0 +1,192 @@
+#include "device/cublas_ops.h"
+
+#include <cublas_v2.h>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "device/cuda_check.h"
+#include "device/reference_kernels.h"
+
+namespace kforge {
+namespace {
+
+// Row-major C[m, n] = A[m, k] @ B[k, n] is column-major C^T = B^T A^T: cuBLAS sees B first.
+// `b_transposed`: B is given as [n, k] row-major (the "NT" layout of linear-layer weights).
+void gemm(cublasHandle_t handle, const void* a, const void* b, void* c, int64_t m, int64_t n,
+          int64_t k, bool b_transposed, cudaDataType type, cublasComputeType_t compute) {
+  const float one = 1.f, zero = 0.f;
+  KF_CUBLAS_CHECK(cublasGemmEx(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                               static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one,
+                               b, type, static_cast<int>(b_transposed ? k : n), a, type,
+                               static_cast<int>(k), &zero, c, type, static_cast<int>(n), compute,
+                               CUBLAS_GEMM_DEFAULT));
+}
+
+cudaDataType cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+      return CUDA_R_16F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+class Handle {
+ public:
+  explicit Handle(cudaStream_t stream, bool pedantic) {
+    KF_CUBLAS_CHECK(cublasCreate(&handle_));
+    KF_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+    // The reference must be true fp32: no TF32, no reduced-precision reductions.
+    if (pedantic) KF_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH));
+  }
+  ~Handle() { cublasDestroy(handle_); }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator cublasHandle_t() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+// Device memory owned for the duration of one reference computation.
+class DeviceFloats {
+ public:
+  explicit DeviceFloats(size_t count) {
+    KF_CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(count, 1) * sizeof(float)));
+  }
+  DeviceFloats(const std::vector<float>& host, cudaStream_t stream) : DeviceFloats(host.size()) {
+    KF_CUDA_CHECK(cudaMemcpyAsync(ptr_, host.data(), host.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice, stream));
+  }
+  ~DeviceFloats() { cudaFree(ptr_); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  float* get() const { return ptr_; }
+  void download(std::vector<float>& host, cudaStream_t stream) const {
+    KF_CUDA_CHECK(cudaMemcpyAsync(host.data(), ptr_, host.size() * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream));
+  }
+
+ private:
+  float* ptr_ = nullptr;
+};
+
+class MatmulBaseline final : public LibraryBaseline {
+ public:
+  MatmulBaseline(const Sizes& sizes, DType dtype, const std::vector<void*>& in,
+                 const std::vector<void*>& out, cudaStream_t stream)
+      : handle_(stream, false), sizes_(sizes), dtype_(dtype), in_(in), out_(out) {}
+  void call() override {
+    gemm(handle_, in_[0], in_[1], out_[0], sizes_.at("M"), sizes_.at("N"), sizes_.at("K"), false,
+         cuda_type(dtype_), CUBLAS_COMPUTE_32F);
+  }
+  std::string_view describe() const override {
+    return "cuBLAS GEMM (cublasGemmEx, fp32 accumulate)";
+  }
+
+ private:
+  Handle handle_;
+  Sizes sizes_;
+  DType dtype_;
+  std::vector<void*> in_, out_;
+};
+
+// What PyTorch eager runs for the SwiGLU MLP: two GEMMs, one elementwise silu * up, one GEMM.
+class MlpBaseline final : public LibraryBaseline {
+ public:
+  MlpBaseline(const Sizes& sizes, DType dtype, const std::vector<void*>& in,
+              const std::vector<void*>& out, cudaStream_t stream)
+      : handle_(stream, false), sizes_(sizes), dtype_(dtype), in_(in), out_(out), stream_(stream) {
+    const size_t bytes =
+        static_cast<size_t>(sizes.at("batch") * sizes.at("hidden")) * dtype_size(dtype);
+    for (void** p : {&gate_, &up_, &h_})
+      KF_CUDA_CHECK(cudaMalloc(p, bytes));
+  }
+  ~MlpBaseline() override {
+    for (void* p : {gate_, up_, h_})
+      cudaFree(p);
+  }
+  void call() override {
+    const int64_t b = sizes_.at("batch"), d = sizes_.at("dim"), h = sizes_.at("hidden");
+    const cudaDataType type = cuda_type(dtype_);
+    gemm(handle_, in_[0], in_[1], gate_, b, h, d, true, type, CUBLAS_COMPUTE_32F);
+    gemm(handle_, in_[0], in_[2], up_, b, h, d, true, type, CUBLAS_COMPUTE_32F);
+    launch_silu_mul(gate_, up_, h_, b * h, to_abi(dtype_), stream_);
+    gemm(handle_, h_, in_[3], out_[0], b, d, h, true, type, CUBLAS_COMPUTE_32F);
+  }
+  std::string_view describe() const override {
+    return "cuBLAS: gate GEMM, up GEMM, silu*up, down GEMM (as PyTorch eager)";
+  }
+
+ private:
+  Handle handle_;
+  Sizes sizes_;
+  DType dtype_;
+  std::vector<void*> in_, out_;
+  cudaStream_t stream_;
+  void* gate_ = nullptr;
+  void* up_ = nullptr;
+  void* h_ = nullptr;
+};
+
+}  // namespace
+
+bool has_gpu_reference(std::string_view op) {
+  return op == "matmul" || op == "fused_mlp" || op == "flash_attention";
+}
+
+bool has_library_baseline(std::string_view op) {
+  return op == "matmul" || op == "fused_mlp";
+}
+
+void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<const double> scalars,
+                           const std::vector<std::vector<float>>& inputs,
+                           std::vector<std::vector<float>>& outputs, cudaStream_t stream) {
+  std::vector<std::unique_ptr<DeviceFloats>> in;
+  for (const auto& host : inputs)
+    in.push_back(std::make_unique<DeviceFloats>(host, stream));
+  DeviceFloats out(outputs.at(0).size());
+  if (op == "matmul") {
+    Handle handle(stream, true);
+    gemm(handle, in[0]->get(), in[1]->get(), out.get(), sizes.at("M"), sizes.at("N"), sizes.at("K"),
+         false, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC);
+  } else if (op == "fused_mlp") {
+    Handle handle(stream, true);
+    const int64_t b = sizes.at("batch"), d = sizes.at("dim"), h = sizes.at("hidden");
+    DeviceFloats gate(static_cast<size_t>(b * h)), up(static_cast<size_t>(b * h)),
+        act(static_cast<size_t>(b * h));
+    gemm(handle, in[0]->get(), in[1]->get(), gate.get(), b, h, d, true, CUDA_R_32F,
+         CUBLAS_COMPUTE_32F_PEDANTIC);
+    gemm(handle, in[0]->get(), in[2]->get(), up.get(), b, h, d, true, CUDA_R_32F,
+         CUBLAS_COMPUTE_32F_PEDANTIC);
+    launch_silu_mul(gate.get(), up.get(), act.get(), b * h, KF_DTYPE_F32, stream);
+    gemm(handle, act.get(), in[3]->get(), out.get(), b, d, h, true, CUDA_R_32F,
+         CUBLAS_COMPUTE_32F_PEDANTIC);
+  } else if (op == "flash_attention") {
+    launch_attention_reference(in[0]->get(), in[1]->get(), in[2]->get(), out.get(),
+                               sizes.at("batch") * sizes.at("heads"), sizes.at("seq_len"),
+                               sizes.at("head_dim"), static_cast<float>(scalars[0]),
+                               scalars[1] != 0, stream);
+  } else {
+    throw Error(fmt::format("no GPU reference for op '{}'", op));
+  }
+  KF_CUDA_CHECK(cudaGetLastError());
+  out.download(outputs[0], stream);
+  KF_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+std::unique_ptr<LibraryBaseline> make_library_baseline(std::string_view op, const Sizes& sizes,
+                                                       DType dtype,
+                                                       const std::vector<void*>& inputs,
+                                                       const std::vector<void*>& outputs,
+                                                       cudaStream_t stream) {
+  if (op == "matmul")
+    return std::make_unique<MatmulBaseline>(sizes, dtype, inputs, outputs, stream);
+  if (op == "fused_mlp")
+    return std::make_unique<MlpBaseline>(sizes, dtype, inputs, outputs, stream);
+  throw Error(fmt::format("no library baseline for op '{}'", op));
+}
+
+}  // namespace kforge

@@ -1,0 +1,136 @@
+// Reference and baseline device code. Written for clarity over speed: these kernels define what
+// "correct" means for large problems, so each step is the textbook one, in fp32.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cfloat>
+
+#include "device/reference_kernels.h"
+
+namespace kforge {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One block per query row: scores into shared memory, then max, exp, sum and the weighted sum
+// of V, each a plain loop in fp32.
+__global__ void attention_row_kernel(const float* q, const float* k, const float* v, float* o,
+                                     int64_t s, int64_t d, float scale, bool causal) {
+  extern __shared__ float scores[];  // [s]
+  __shared__ float reduce[kThreads];
+  const int64_t row = blockIdx.x;  // (bh, i) flattened
+  const int64_t head = row / s, i = row % s;
+  const float* qi = q + row * d;
+  const float* kh = k + head * s * d;
+  const float* vh = v + head * s * d;
+  const int64_t keys = causal ? i + 1 : s;
+
+  float local_max = -FLT_MAX;
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
+    float dot = 0.f;
+    for (int64_t t = 0; t < d; ++t)
+      dot += qi[t] * kh[j * d + t];
+    scores[j] = scale * dot;
+    local_max = fmaxf(local_max, scores[j]);
+  }
+  reduce[threadIdx.x] = local_max;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride)
+      reduce[threadIdx.x] = fmaxf(reduce[threadIdx.x], reduce[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  const float row_max = reduce[0];
+  __syncthreads();
+
+  float local_sum = 0.f;
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
+    scores[j] = expf(scores[j] - row_max);
+    local_sum += scores[j];
+  }
+  reduce[threadIdx.x] = local_sum;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride) reduce[threadIdx.x] += reduce[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const float inv_sum = 1.f / reduce[0];
+
+  for (int64_t t = threadIdx.x; t < d; t += blockDim.x) {
+    float acc = 0.f;
+    for (int64_t j = 0; j < keys; ++j)
+      acc += scores[j] * vh[j * d + t];
+    o[row * d + t] = acc * inv_sum;
+  }
+}
+
+__device__ float to_float(float x) {
+  return x;
+}
+__device__ float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <typename T>
+__device__ T from_float(float x);
+template <>
+__device__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename T>
+__global__ void silu_mul_kernel(const T* gate, const T* up, T* h, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = to_float(gate[i]);
+    h[i] = from_float<T>(g / (1.f + expf(-g)) * to_float(up[i]));
+  }
+}
+
+}  // namespace
+
+void launch_attention_reference(const float* q, const float* k, const float* v, float* o,
+                                int64_t bh, int64_t s, int64_t d, float scale, bool causal,
+                                cudaStream_t stream) {
+  const size_t shared = static_cast<size_t>(s) * sizeof(float);
+  cudaFuncSetAttribute(attention_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       static_cast<int>(shared));
+  attention_row_kernel<<<static_cast<unsigned>(bh * s), kThreads, shared, stream>>>(
+      q, k, v, o, s, d, scale, causal);
+}
+
+void launch_silu_mul(const void* gate, const void* up, void* h, int64_t n, kf_dtype dtype,
+                     cudaStream_t stream) {
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+  switch (dtype) {
+    case KF_DTYPE_F16:
+      silu_mul_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(gate),
+                                                       static_cast<const __half*>(up),
+                                                       static_cast<__half*>(h), n);
+      break;
+    case KF_DTYPE_BF16:
+      silu_mul_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(gate),
+                                                       static_cast<const __nv_bfloat16*>(up),
+                                                       static_cast<__nv_bfloat16*>(h), n);
+      break;
+    default:
+      silu_mul_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(gate),
+                                                       static_cast<const float*>(up),
+                                                       static_cast<float*>(h), n);
+      break;
+  }
+}
+
+}  // namespace kforge

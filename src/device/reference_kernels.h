@@ -1,0 +1,23 @@
+// Device code kforge itself runs: plain, trusted fp32 kernels for GPU references of problems
+// too large for the host reference, and the elementwise step of the cuBLAS MLP baseline.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kforge/kernel.h"
+
+namespace kforge {
+
+// O = softmax(scale * Q K^T [j <= i if causal]) V, all fp32 [bh, s, d], one block per query row.
+void launch_attention_reference(const float* q, const float* k, const float* v, float* o,
+                                int64_t bh, int64_t s, int64_t d, float scale, bool causal,
+                                cudaStream_t stream);
+
+// h = silu(gate) * up, elementwise over n values of `dtype` (f16, bf16 or f32). The C ABI
+// dtype keeps this header free of C++20, for nvcc's C++17.
+void launch_silu_mul(const void* gate, const void* up, void* h, int64_t n, kf_dtype dtype,
+                     cudaStream_t stream);
+
+}  // namespace kforge
