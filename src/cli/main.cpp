@@ -231,6 +231,7 @@ struct BenchFlags {
   double target_stderr = 0.002;
   bool warm_cache = false;
   bool keep = false;
+  bool no_baseline = false;
   std::string json_path;
 };
 
@@ -255,6 +256,7 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   options.settings.max_seconds = flags.max_seconds;
   options.settings.target_rel_stderr = flags.target_stderr;
   options.settings.cold_cache = !flags.warm_cache;
+  options.baseline = !flags.no_baseline;
   const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
   progress_line(fmt::format("kforge bench {} {} {} {}", flags.file, op->name(),
                             op->format_shape(options.sizes), dtype_name(options.dtype)));
@@ -281,6 +283,15 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
                std::isnan(r.pct_of_matmul)
                    ? std::string()
                    : fmt::format(" = {:.2f}% of the measured matmul ceiling", r.pct_of_matmul));
+    if (r.baseline && r.baseline->ok) {
+      const auto& b = *r.baseline;
+      fmt::print("{:<9} {:.2f} us median (p10 {:.2f}, p90 {:.2f}) for {}\n", "baseline",
+                 b.stats.median * us, b.stats.p10 * us, b.stats.p90 * us, b.what);
+      fmt::print("{:<9} {:.3f}x the baseline: {}\n", "speedup", b.speedup,
+                 comparison_name(b.comparison));
+    } else if (r.baseline) {
+      fmt::print("{:<9} not timed ({}): {}\n", "baseline", r.baseline->what, r.baseline->detail);
+    }
     fmt::print("{:<9} {}{}, L2 {}\n", "method",
                d.backend == "cuda" ? "device events" : "steady clock",
                r.clock_monitored ? fmt::format(", SM clock {} MHz (monitored)", r.sm_clock_mhz)
@@ -353,6 +364,8 @@ int main(int argc, char** argv) {
                    "Stop once the median's relative standard error is below this")
       ->capture_default_str();
   bench->add_flag("--warm-cache", bench_flags.warm_cache, "Do not flush the cache between samples");
+  bench->add_flag("--no-baseline", bench_flags.no_baseline,
+                  "Do not time the baseline (cuBLAS, or the op's starter kernel)");
   bench->add_flag("--keep", bench_flags.keep, "Keep PTX, cubin and SASS beside cached modules");
   bench->add_option("--json", bench_flags.json_path,
                     "Write the result as JSON to FILE ('-' for stdout)");
