@@ -1,5 +1,7 @@
 #include "device/cublas_ops.h"
 
+#include <algorithm>
+
 #include <cublas_v2.h>
 #include <fmt/format.h>
 
@@ -165,10 +167,35 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
     gemm(handle, act.get(), in[3]->get(), out.get(), b, d, h, true, CUDA_R_32F,
          CUBLAS_COMPUTE_32F_PEDANTIC);
   } else if (op == "flash_attention") {
-    launch_attention_reference(in[0]->get(), in[1]->get(), in[2]->get(), out.get(),
-                               sizes.at("batch") * sizes.at("heads"), sizes.at("seq_len"),
-                               sizes.at("head_dim"), static_cast<float>(scalars[0]),
-                               scalars[1] != 0, stream);
+    // S = Q K^T (batched fp32 GEMM), P = masked softmax(scale * S), O = P V, over chunks of
+    // heads so the score matrices stay within about 2 GiB.
+    Handle handle(stream, true);
+    const int64_t bh = sizes.at("batch") * sizes.at("heads"), s = sizes.at("seq_len"),
+                  d = sizes.at("head_dim");
+    const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 29) / (s * s), 1, bh);
+    DeviceFloats scores(static_cast<size_t>(chunk * s * s));
+    const float one = 1.f, zero = 0.f;
+    for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
+      const int64_t heads = std::min(chunk, bh - h0);
+      const float* q = in[0]->get() + h0 * s * d;
+      const float* k = in[1]->get() + h0 * s * d;
+      const float* v = in[2]->get() + h0 * s * d;
+      float* o = out.get() + h0 * s * d;
+      // Row-major S[s, s] = Q[s, d] K[s, d]^T is column-major S^T = K Q^T.
+      KF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s), static_cast<int>(s),
+          static_cast<int>(d), &one, k, CUDA_R_32F, static_cast<int>(d), s * d, q, CUDA_R_32F,
+          static_cast<int>(d), s * d, &zero, scores.get(), CUDA_R_32F, static_cast<int>(s), s * s,
+          static_cast<int>(heads), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+      launch_masked_softmax(scores.get(), heads * s, s, static_cast<float>(scalars[0]),
+                            scalars[1] != 0, stream);
+      // Row-major O[s, d] = P[s, s] V[s, d] is column-major O^T = V^T P^T.
+      KF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(s),
+          static_cast<int>(s), &one, v, CUDA_R_32F, static_cast<int>(d), s * d, scores.get(),
+          CUDA_R_32F, static_cast<int>(s), s * s, &zero, o, CUDA_R_32F, static_cast<int>(d), s * d,
+          static_cast<int>(heads), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    }
   } else {
     throw Error(fmt::format("no GPU reference for op '{}'", op));
   }

@@ -1,5 +1,5 @@
-// Reference and baseline device code. Written for clarity over speed: these kernels define what
-// "correct" means for large problems, so each step is the textbook one, in fp32.
+// Reference and baseline device code. Written for clarity over speed: these kernels help define
+// what "correct" means for large problems, so each step is the textbook one, in fp32.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,27 +13,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One block per query row: scores into shared memory, then max, exp, sum and the weighted sum
-// of V, each a plain loop in fp32.
-__global__ void attention_row_kernel(const float* q, const float* k, const float* v, float* o,
-                                     int64_t s, int64_t d, float scale, bool causal) {
-  extern __shared__ float scores[];  // [s]
+// One block per score row: max, exp and sum as plain block reductions, in fp32.
+__global__ void masked_softmax_kernel(float* scores, int64_t s, float scale, bool causal) {
   __shared__ float reduce[kThreads];
-  const int64_t row = blockIdx.x;  // (bh, i) flattened
-  const int64_t head = row / s, i = row % s;
-  const float* qi = q + row * d;
-  const float* kh = k + head * s * d;
-  const float* vh = v + head * s * d;
+  float* row = scores + blockIdx.x * s;
+  const int64_t i = blockIdx.x % s;
   const int64_t keys = causal ? i + 1 : s;
 
   float local_max = -FLT_MAX;
-  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
-    float dot = 0.f;
-    for (int64_t t = 0; t < d; ++t)
-      dot += qi[t] * kh[j * d + t];
-    scores[j] = scale * dot;
-    local_max = fmaxf(local_max, scores[j]);
-  }
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x)
+    local_max = fmaxf(local_max, scale * row[j]);
   reduce[threadIdx.x] = local_max;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -45,10 +34,8 @@ __global__ void attention_row_kernel(const float* q, const float* k, const float
   __syncthreads();
 
   float local_sum = 0.f;
-  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x) {
-    scores[j] = expf(scores[j] - row_max);
-    local_sum += scores[j];
-  }
+  for (int64_t j = threadIdx.x; j < keys; j += blockDim.x)
+    local_sum += expf(scale * row[j] - row_max);
   reduce[threadIdx.x] = local_sum;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
@@ -56,12 +43,8 @@ __global__ void attention_row_kernel(const float* q, const float* k, const float
     __syncthreads();
   }
   const float inv_sum = 1.f / reduce[0];
-
-  for (int64_t t = threadIdx.x; t < d; t += blockDim.x) {
-    float acc = 0.f;
-    for (int64_t j = 0; j < keys; ++j)
-      acc += scores[j] * vh[j * d + t];
-    o[row * d + t] = acc * inv_sum;
+  for (int64_t j = threadIdx.x; j < s; j += blockDim.x) {
+    row[j] = j < keys ? expf(scale * row[j] - row_max) * inv_sum : 0.f;
   }
 }
 
@@ -100,14 +83,10 @@ __global__ void silu_mul_kernel(const T* gate, const T* up, T* h, int64_t n) {
 
 }  // namespace
 
-void launch_attention_reference(const float* q, const float* k, const float* v, float* o,
-                                int64_t bh, int64_t s, int64_t d, float scale, bool causal,
-                                cudaStream_t stream) {
-  const size_t shared = static_cast<size_t>(s) * sizeof(float);
-  cudaFuncSetAttribute(attention_row_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       static_cast<int>(shared));
-  attention_row_kernel<<<static_cast<unsigned>(bh * s), kThreads, shared, stream>>>(
-      q, k, v, o, s, d, scale, causal);
+void launch_masked_softmax(float* scores, int64_t rows, int64_t s, float scale, bool causal,
+                           cudaStream_t stream) {
+  masked_softmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(scores, s, scale,
+                                                                              causal);
 }
 
 void launch_silu_mul(const void* gate, const void* up, void* h, int64_t n, kf_dtype dtype,

@@ -10,10 +10,10 @@
 
 namespace kforge {
 
-// O = softmax(scale * Q K^T [j <= i if causal]) V, all fp32 [bh, s, d], one block per query row.
-void launch_attention_reference(const float* q, const float* k, const float* v, float* o,
-                                int64_t bh, int64_t s, int64_t d, float scale, bool causal,
-                                cudaStream_t stream);
+// In place over `rows` score rows of length s (row r is query r % s): p = softmax(scale * x),
+// keys j > i masked out when causal. One block per row, fp32.
+void launch_masked_softmax(float* scores, int64_t rows, int64_t s, float scale, bool causal,
+                           cudaStream_t stream);
 
 // h = silu(gate) * up, elementwise over n values of `dtype` (f16, bf16 or f32). The C ABI
 // dtype keeps this header free of C++20, for nvcc's C++17.
