@@ -45,13 +45,21 @@ def main():
     for c in summary["checks"]:
         print(f"check {c['op']:<8} {c['verdict']:<8} stages " +
               " ".join(f"{n}:{'ok' if p else 'FAIL'}" for n, p, _ in c["stages"]))
-    print(f"{'bench':<40} {'median us':>10} {'p10':>9} {'p90':>9} {'GB/s':>8} {'% copy':>7}")
+    print(f"{'bench (bf16)':<44} {'median us':>10} {'p10':>9} {'p90':>9} {'GB/s':>7} {'%copy':>6} "
+          f"{'TFLOP/s':>8} {'%mm':>5} {'baseline us':>11} {'speedup':>8}")
+    nan = float("nan")
     for b in summary["benches"]:
         t = b["time_us"]
-        label = f"{b['op']} {b['shape']} {b['dtype']} [{b['variant'].split('[')[1].split(']')[0]}]"
-        pct = b["pct_of_copy_ceiling"]
-        print(f"{label:<40.40} {t['median']:>10.2f} {t['p10']:>9.2f} {t['p90']:>9.2f} "
-              f"{b['gbps']:>8.0f} {pct if pct is not None else float('nan'):>7.1f}")
+        if b["verdict"] != "OK":
+            print(f"{b['op'] + ' ' + b['shape']:<44.44} {b['verdict']}: {b['detail'][:60]}")
+            continue
+        base = b.get("baseline") or {}
+        base_us = base.get("time_us", {}).get("median", nan) if base.get("ok") else nan
+        pct_c = b["pct_of_copy_ceiling"]
+        pct_m = b["pct_of_matmul_ceiling"]
+        print(f"{b['op'] + ' ' + b['shape']:<44.44} {t['median']:>10.2f} {t['p10']:>9.2f} {t['p90']:>9.2f} "
+              f"{b['gbps']:>7.0f} {pct_c if pct_c is not None else nan:>6.1f} {b['tflops']:>8.2f} "
+              f"{pct_m if pct_m is not None else nan:>5.1f} {base_us:>11.2f} {base.get('speedup', nan):>8.3f}")
 
 
 if __name__ == "__main__":

@@ -22,20 +22,6 @@ std::string fault(const std::string& name) {
   return test::test_data_dir() + "/faulty/" + name;
 }
 
-TEST_F(GpuTest, RmsnormStarterPassesAllStages) {
-  const auto out = run_check(test::kernels_dir() + "/rmsnorm/rmsnorm_rowblock.cu", {});
-  EXPECT_TRUE(out.report.passed()) << out.report.detail;
-  for (const auto& s : out.report.stages)
-    EXPECT_TRUE(s.ran && s.passed) << s.name;
-}
-
-TEST_F(GpuTest, SoftmaxStarterPassesAllStages) {
-  const auto out = run_check(test::kernels_dir() + "/softmax/softmax_rowblock.cu", {});
-  EXPECT_TRUE(out.report.passed()) << out.report.detail;
-  for (const auto& s : out.report.stages)
-    EXPECT_TRUE(s.ran && s.passed) << s.name;
-}
-
 struct CudaFault {
   const char* file;
   Verdict verdict;
@@ -76,6 +62,51 @@ INSTANTIATE_TEST_SUITE_P(
       std::string name = info.param.file;
       return name.substr(0, name.find('.'));
     });
+
+// The GPU references (fp32 cuBLAS, plain fp32 attention) agree with the float64 host ones.
+TEST_F(GpuTest, GpuReferencesMatchHostReferences) {
+  WorkerClient reference_worker({"cuda", 0, test::kforge_binary()});
+  const std::vector<std::pair<const char*, const char*>> problems = {
+      {"matmul", "64x96x80"},
+      {"matmul", "33x1x65"},
+      {"fused_mlp", "16x64x96"},
+      {"flash_attention", "1x2x127x64,causal=1"},
+      {"flash_attention", "2x1x65x128,causal=0,scale_permille=50"}};
+  for (const auto& [name, shape] : problems) {
+    const OpSpec& op = *find_op(name);
+    const Sizes sizes = op.parse_shape(shape);
+    CaseTensors tensors(op, sizes, DType::bf16);
+    tensors.generate_inputs(InputKind::normal, 42);
+    std::vector<std::vector<double>> host;
+    for (const auto& t : tensors.outputs())
+      host.emplace_back(static_cast<size_t>(t.numel()));
+    op.reference(sizes, tensors.inputs_as_double(), op.scalar_values(sizes), host);
+    const auto gpu = gpu_reference(reference_worker, op, sizes, tensors);
+    ASSERT_EQ(gpu.size(), host.size());
+    double worst = 0;
+    for (size_t i = 0; i < host[0].size(); ++i) {
+      worst = std::max(worst, std::abs(gpu[0][i] - host[0][i]) / (1e-3 + std::abs(host[0][i])));
+    }
+    EXPECT_LT(worst, 1e-4) << name << " " << shape;
+  }
+}
+
+// Every op's CUDA starter passes all five stages in every dtype it declares.
+class StarterTest : public GpuTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(StarterTest, PassesAllStages) {
+  const std::string path = test::kernels_dir() + "/" + starter_kernel(GetParam(), true);
+  const auto out = run_check(path, {});
+  EXPECT_TRUE(out.report.passed()) << out.report.detail;
+  for (const auto& s : out.report.stages)
+    EXPECT_TRUE(s.ran && s.passed) << s.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, StarterTest,
+                         ::testing::Values("matmul", "softmax", "layernorm", "rmsnorm",
+                                           "flash_attention", "fused_mlp", "cross_entropy",
+                                           "rotary_embedding", "rotary_embedding_half", "reduce"),
+                         [](const auto& info) { return info.param; });
 
 TEST_F(GpuTest, BenchReportsTimeAndFractionOfCopyCeiling) {
   auto& worker = worker_for("cuda");
