@@ -111,6 +111,10 @@ std::vector<std::vector<double>> gpu_reference(WorkerClient& reference_worker, c
     place(t, false);
   for (const auto& t : tensors.outputs())
     place(t, true);
+  if (op.tolerance_relative_to_magnitude()) {
+    for (const auto& t : tensors.outputs())
+      place(t, true);  // the magnitudes
+  }
   const SharedRegion region = SharedRegion::create(offset);
   for (size_t i = 0; i < tensors.inputs().size(); ++i) {
     std::memcpy(region.data() + refs[i].offset, tensors.inputs()[i].data, refs[i].bytes);

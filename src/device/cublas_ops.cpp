@@ -1,6 +1,7 @@
 #include "device/cublas_ops.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <cublas_v2.h>
 #include <fmt/format.h>
@@ -150,10 +151,20 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
   for (const auto& host : inputs)
     in.push_back(std::make_unique<DeviceFloats>(host, stream));
   DeviceFloats out(outputs.at(0).size());
+  // A second output, when asked for, receives the root-sum-square magnitude of each element.
+  std::unique_ptr<DeviceFloats> magnitude;
+  if (outputs.size() > 1) magnitude = std::make_unique<DeviceFloats>(outputs[1].size());
   if (op == "matmul") {
     Handle handle(stream, true);
-    gemm(handle, in[0]->get(), in[1]->get(), out.get(), sizes.at("M"), sizes.at("N"), sizes.at("K"),
-         false, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC);
+    const int64_t m = sizes.at("M"), n = sizes.at("N"), k = sizes.at("K");
+    gemm(handle, in[0]->get(), in[1]->get(), out.get(), m, n, k, false, CUDA_R_32F,
+         CUBLAS_COMPUTE_32F_PEDANTIC);
+    if (magnitude) {  // sqrt((A*A) @ (B*B)): the root-sum-square of each dot product's terms
+      launch_square(in[0]->get(), m * k, stream);
+      launch_square(in[1]->get(), k * n, stream);
+      gemm(handle, in[0]->get(), in[1]->get(), magnitude->get(), m, n, k, false, CUDA_R_32F,
+           CUBLAS_COMPUTE_32F_PEDANTIC);
+    }
   } else if (op == "fused_mlp") {
     Handle handle(stream, true);
     const int64_t b = sizes.at("batch"), d = sizes.at("dim"), h = sizes.at("hidden");
@@ -166,6 +177,12 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
     launch_silu_mul(gate.get(), up.get(), act.get(), b * h, KF_DTYPE_F32, stream);
     gemm(handle, act.get(), in[3]->get(), out.get(), b, d, h, true, CUDA_R_32F,
          CUBLAS_COMPUTE_32F_PEDANTIC);
+    if (magnitude) {  // of the down projection, whose error dominates
+      launch_square(act.get(), b * h, stream);
+      launch_square(in[3]->get(), d * h, stream);
+      gemm(handle, act.get(), in[3]->get(), magnitude->get(), b, d, h, true, CUDA_R_32F,
+           CUBLAS_COMPUTE_32F_PEDANTIC);
+    }
   } else if (op == "flash_attention") {
     // S = Q K^T (batched fp32 GEMM), P = masked softmax(scale * S), O = P V, over chunks of
     // heads so the score matrices stay within about 2 GiB.
@@ -201,7 +218,12 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
   }
   KF_CUDA_CHECK(cudaGetLastError());
   out.download(outputs[0], stream);
+  if (magnitude) magnitude->download(outputs[1], stream);
   KF_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (magnitude) {
+    for (auto& v : outputs[1])
+      v = std::sqrt(v);
+  }
 }
 
 std::unique_ptr<LibraryBaseline> make_library_baseline(std::string_view op, const Sizes& sizes,

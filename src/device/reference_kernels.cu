@@ -72,6 +72,13 @@ __device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+__global__ void square_kernel(float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    x[i] *= x[i];
+  }
+}
+
 template <typename T>
 __global__ void silu_mul_kernel(const T* gate, const T* up, T* h, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -87,6 +94,12 @@ void launch_masked_softmax(float* scores, int64_t rows, int64_t s, float scale, 
                            cudaStream_t stream) {
   masked_softmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(scores, s, scale,
                                                                               causal);
+}
+
+void launch_square(float* x, int64_t n, cudaStream_t stream) {
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+  square_kernel<<<blocks, kThreads, 0, stream>>>(x, n);
 }
 
 void launch_silu_mul(const void* gate, const void* up, void* h, int64_t n, kf_dtype dtype,

@@ -57,7 +57,7 @@ enum class InputKind {
   normal,
   near_max,      // |x| near the largest magnitude the op must handle in this dtype
   near_zero,     // |x| a few times the smallest normal value
-  mixed_scales,  // blocks of 1e3 and 1e-3
+  mixed_scales,  // blocks of 1e3 (or the op's safe magnitude / 8, if smaller) and 1e-3
   all_zeros,
   all_equal,
   very_negative,  // large negative values (softmax-like ops)
@@ -102,9 +102,10 @@ class OpSpec {
   virtual Tolerance tolerance(DType dtype) const = 0;
 
   virtual std::vector<InputKind> stability_kinds() const;
-  // When true, reference() fills one extra vector per output with each element's magnitude
-  // (e.g. sum |x| for a row sum), and the tolerance is rtol * max(|ref|, magnitude): the
-  // rounding error of a sum scales with its terms, not with its (possibly cancelled) value.
+  // When true, reference() fills one extra vector per output (when given one) with each
+  // element's magnitude: sum |x| for a row sum, the root-sum-square of the terms for a dot
+  // product. The tolerance is then atol + rtol * max(|ref|, magnitude): the rounding error of a
+  // sum scales with its terms, not with its (possibly cancelled) value.
   virtual bool tolerance_relative_to_magnitude() const { return false; }
   // The largest |x| the stability stage feeds. Defaults to 90% of the dtype's max; ops whose
   // accumulation in fp32 must not overflow cap it (see rmsnorm).

@@ -61,7 +61,9 @@ class RotaryEmbedding final : public OpSpec {
       case DType::f16:
         return {1e-3, 1e-3};
       case DType::bf16:
-        return {2e-3, 2e-3};
+        // bf16 keeps 8 significant bits: rounding alone moves a value by up to 2^-8 = 3.9e-3
+        // of itself, so a tolerance below that would fail correctly rounded outputs.
+        return {1e-2, 1e-2};
       default:
         return {1e-5, 1e-5};
     }

@@ -20,6 +20,23 @@ std::string fault(const std::string& name) {
   return test::test_data_dir() + "/faulty/" + name;
 }
 
+// Every op's CPU starter passes all five stages (problems capped in size).
+class CpuStarterTest : public CheckerFixture, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CpuStarterTest, PassesAllStages) {
+  const auto out =
+      run_check(test::kernels_dir() + "/" + starter_kernel(GetParam(), false), quick());
+  EXPECT_TRUE(out.report.passed()) << out.report.detail;
+  for (const auto& s : out.report.stages)
+    EXPECT_TRUE(s.ran && s.passed) << s.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, CpuStarterTest,
+                         ::testing::Values("matmul", "softmax", "layernorm", "rmsnorm",
+                                           "flash_attention", "fused_mlp", "cross_entropy",
+                                           "rotary_embedding", "rotary_embedding_half", "reduce"),
+                         [](const auto& info) { return info.param; });
+
 TEST_F(CheckerFixture, RmsnormCpuStarterPasses) {
   const auto out = run_check(test::kernels_dir() + "/rmsnorm/rmsnorm_cpu.cpp", quick());
   EXPECT_TRUE(out.report.passed()) << out.report.detail;

@@ -1,0 +1,289 @@
+/* kforge
+ * op: flash_attention
+ * backend: cuda
+ * dtypes: f16, bf16
+ * param: BLOCK_Q = 32 in {16, 32, 64, 128}
+ * param: BLOCK_KV = 32 in {16, 32, 64}
+ * param: THREADS_PER_ROW = 4 in {2, 4, 8}
+ * derive: BLOCK_THREADS = BLOCK_Q * THREADS_PER_ROW
+ * require: BLOCK_THREADS % 32 == 0 && BLOCK_THREADS <= max_threads_per_block
+ * # registers at head_dim 128, roughly: q and o slices (128 / THREADS_PER_ROW each), the
+ * # tile's scores and 64 more. Past the limits below, ptxas (nvcc 13.0) spills.
+ * derive: REGS_ESTIMATE = 2 * 128 / THREADS_PER_ROW + BLOCK_KV + 64
+ * require: REGS_ESTIMATE <= 208 && REGS_ESTIMATE * BLOCK_THREADS <= regs_per_block
+ * # K and V tiles in fp32, sized for the largest head_dim (128)
+ * shared_bytes: 2 * BLOCK_KV * 128 * 4
+ */
+// Flash attention forward on the CUDA cores, one pass over the keys with an online softmax.
+//
+// Idea: a block takes BLOCK_Q query rows of one (batch, head); THREADS_PER_ROW consecutive
+// lanes share a row, each holding a slice of the row's q and of its output accumulator o in
+// registers (fp32). The block walks the keys in tiles of BLOCK_KV rows: K and V tiles are
+// converted to fp32 in shared memory, then for each key a lane computes a partial dot product
+// over its slice, and a butterfly shuffle across the row's lanes completes it (every lane gets
+// the same bits). The softmax runs online in fp32: with m the running maximum of the scaled
+// scores and l the running sum of exp(score - m),
+//   m' = max(m, tile max),  l = l * exp(m - m') + sum exp(s - m'),  o = o * exp(m - m') + ...,
+// and at the end O = o / l. Scores are scaled by sm_scale * log2(e) so that exp2f applies.
+//
+// Stability: m starts at -inf. Every score is exponentiated only after the running maximum is
+// subtracted, so huge scores (|q|, |k| ~ 1e13, dots ~ 1e29: still finite in fp32) give
+// exp2f(<= 0). When every key seen so far is masked (m' = -inf) the reference point is 0
+// instead, so that masked scores give exp2f(-inf) = 0 rather than exp2f(-inf - -inf) = NaN.
+// A valid row always sees key 0 in its first tile, so l >= 1 at the end.
+//
+// Causal (keys j <= i): a block stops after the tile holding its last row's diagonal, and
+// blocks are launched last-rows-first because those have the most keys.
+//
+// Edges: query rows past seq_len compute on zeros and are not written; keys past seq_len
+// are masked (and their K and V rows read as zeros). head_dim may be anything up to 128: the
+// kernel is instantiated for 64 and 128 and pads q, K and V with zeros to that width.
+//
+// Tunables:
+//   BLOCK_Q          query rows per block (the block has BLOCK_Q * THREADS_PER_ROW threads).
+//   BLOCK_KV         keys per shared-memory tile; also the number of scores each thread holds
+//                    in registers.
+//   THREADS_PER_ROW  lanes sharing a query row: more lanes mean fewer registers per thread
+//                    and more shuffles per score.
+#include <cmath>
+#include <cstdint>
+
+#include "kforge/elem_cuda.cuh"
+
+namespace {
+
+constexpr int kThreads = BLOCK_Q * THREADS_PER_ROW;
+constexpr int kMaxHeadDim = 128;
+
+static_assert(32 % THREADS_PER_ROW == 0, "a row's lanes lie within one warp");
+static_assert(kThreads % 32 == 0, "whole warps: the shuffles use a full mask");
+
+// Four consecutive elements, aligned so that one 8-byte load moves them (f16/bf16).
+struct alignas(4 * sizeof(kf_elem)) ElemPack4 {
+  kf_elem v[4];
+};
+
+// tile[r][d] = src[kv0 + r][d] for keys below seq_len and d < head_dim, else 0.
+// tile: [BLOCK_KV][kDim] fp32 in shared memory; src: [seq_len, head_dim] of this head.
+// packed: head_dim == kDim and src is 8-byte aligned, so rows can be read in ElemPack4s.
+template <int kDim>
+__device__ __forceinline__ void load_kv_tile(float* __restrict__ tile,
+                                             const kf_elem* __restrict__ src, int kv0, int seq_len,
+                                             int head_dim, bool packed) {
+  if (packed) {
+    constexpr int kPacksPerRow = kDim / 4;
+    for (int p = int(threadIdx.x); p < BLOCK_KV * kPacksPerRow; p += kThreads) {
+      const int key = kv0 + p / kPacksPerRow;
+      const int d = p % kPacksPerRow * 4;
+      float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (key < seq_len) {
+        const ElemPack4 e = *reinterpret_cast<const ElemPack4*>(src + int64_t(key) * kDim + d);
+        f = make_float4(kf_to_float(e.v[0]), kf_to_float(e.v[1]), kf_to_float(e.v[2]),
+                        kf_to_float(e.v[3]));
+      }
+      // Consecutive threads store consecutive float4s: no bank conflicts.
+      reinterpret_cast<float4*>(tile)[p] = f;
+    }
+  } else {
+    for (int e = int(threadIdx.x); e < BLOCK_KV * kDim; e += kThreads) {
+      const int key = kv0 + e / kDim;
+      const int d = e % kDim;
+      tile[e] =
+          key < seq_len && d < head_dim ? kf_to_float(src[int64_t(key) * head_dim + d]) : 0.0f;
+    }
+  }
+}
+
+// kDim: head_dim rounded up to 64 or 128. A lane owns kSlice = kDim / THREADS_PER_ROW
+// dimensions of its row, in float4 chunks: chunk c covers d = c * 4 * THREADS_PER_ROW +
+// 4 * lane_in_row + {0, 1, 2, 3}, so the lanes of a row read one contiguous stretch of a
+// K or V row from shared memory (and all rows of a warp read the same stretch: a broadcast).
+template <int kDim>
+__global__ void __launch_bounds__(kThreads)
+    flash_attention_tiled(const kf_elem* __restrict__ q,  // q: [batch * heads, seq_len, head_dim]
+                          const kf_elem* __restrict__ k,  // k: [batch * heads, seq_len, head_dim]
+                          const kf_elem* __restrict__ v,  // v: [batch * heads, seq_len, head_dim]
+                          kf_elem* __restrict__ o,        // o: [batch * heads, seq_len, head_dim]
+                          int seq_len, int head_dim, float scale_log2, bool causal, bool packed) {
+  constexpr int kChunkStride = 4 * THREADS_PER_ROW;
+  constexpr int kChunks = kDim / kChunkStride;
+  constexpr int kSlice = 4 * kChunks;
+  static_assert(kDim % kChunkStride == 0, "a row's lanes split head_dim in float4 chunks");
+
+  extern __shared__ float4 kv_smem[];                 // 16-byte aligned
+  float* k_tile = reinterpret_cast<float*>(kv_smem);  // k_tile: [BLOCK_KV][kDim]
+  float* v_tile = k_tile + BLOCK_KV * kDim;           // v_tile: [BLOCK_KV][kDim]
+
+  const int lane_in_row = int(threadIdx.x) % THREADS_PER_ROW;
+  const int q0 = (int(gridDim.x) - 1 - int(blockIdx.x)) * BLOCK_Q;  // last rows first
+  const int row = q0 + int(threadIdx.x) / THREADS_PER_ROW;
+  const bool has_row = row < seq_len;
+  const int64_t head_offset = int64_t(blockIdx.y) * seq_len * head_dim;
+  q += head_offset;
+  k += head_offset;
+  v += head_offset;
+  o += head_offset;
+
+  // This lane's slice of its q row (zero past head_dim or seq_len) and of the accumulator.
+  float q_slice[kSlice];
+  float o_acc[kSlice];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int d = c * kChunkStride + 4 * lane_in_row + i;
+      q_slice[4 * c + i] =
+          has_row && d < head_dim ? kf_to_float(q[int64_t(row) * head_dim + d]) : 0.0f;
+      o_acc[4 * c + i] = 0.0f;
+    }
+  }
+  float row_max = -INFINITY;  // running max of the scaled scores (log2 units)
+  float row_sum = 0.0f;       // running sum of exp2(score - row_max)
+
+  // Causal: no row of this block needs keys past its last row.
+  const int kv_end = causal ? min(seq_len, q0 + BLOCK_Q) : seq_len;
+  for (int kv0 = 0; kv0 < kv_end; kv0 += BLOCK_KV) {
+    __syncthreads();  // every thread is done with the previous tiles
+    load_kv_tile<kDim>(k_tile, k, kv0, seq_len, head_dim, packed);
+    load_kv_tile<kDim>(v_tile, v, kv0, seq_len, head_dim, packed);
+    __syncthreads();
+
+    // Scores of this tile, scaled to log2 units; masked keys are -inf.
+    float s[BLOCK_KV];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < BLOCK_KV; ++j) {
+      const float* k_row = k_tile + j * kDim + 4 * lane_in_row;
+      float dot = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const float4 kc = *reinterpret_cast<const float4*>(k_row + c * kChunkStride);
+        dot = fmaf(q_slice[4 * c + 0], kc.x, dot);
+        dot = fmaf(q_slice[4 * c + 1], kc.y, dot);
+        dot = fmaf(q_slice[4 * c + 2], kc.z, dot);
+        dot = fmaf(q_slice[4 * c + 3], kc.w, dot);
+      }
+      // Butterfly over the row's lanes: each lane adds the same pairs, so all get equal bits.
+#pragma unroll
+      for (int offset = THREADS_PER_ROW / 2; offset > 0; offset /= 2) {
+        dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+      }
+      const int key = kv0 + j;
+      const bool visible = key < seq_len && (!causal || key <= row);
+      s[j] = visible ? dot * scale_log2 : -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+
+    const float new_max = fmaxf(row_max, tile_max);
+    // Reference point for the exponentials; 0 while every key so far is masked.
+    const float base = new_max == -INFINITY ? 0.0f : new_max;
+    const float rescale = exp2f(row_max - base);  // 0 on the first tile (row_max = -inf)
+    row_max = new_max;
+    row_sum *= rescale;
+#pragma unroll
+    for (int i = 0; i < kSlice; ++i) {
+      o_acc[i] *= rescale;
+    }
+#pragma unroll
+    for (int j = 0; j < BLOCK_KV; ++j) {
+      const float p = exp2f(s[j] - base);
+      row_sum += p;
+      const float* v_row = v_tile + j * kDim + 4 * lane_in_row;
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        const float4 vc = *reinterpret_cast<const float4*>(v_row + c * kChunkStride);
+        o_acc[4 * c + 0] = fmaf(p, vc.x, o_acc[4 * c + 0]);
+        o_acc[4 * c + 1] = fmaf(p, vc.y, o_acc[4 * c + 1]);
+        o_acc[4 * c + 2] = fmaf(p, vc.z, o_acc[4 * c + 2]);
+        o_acc[4 * c + 3] = fmaf(p, vc.w, o_acc[4 * c + 3]);
+      }
+    }
+  }
+
+  if (!has_row) return;
+  const float inv_sum = 1.0f / row_sum;
+  kf_elem* o_row = o + int64_t(row) * head_dim;  // o_row: [head_dim]
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int d = c * kChunkStride + 4 * lane_in_row + i;
+      if (d < head_dim) o_row[d] = kf_from_float<kf_elem>(o_acc[4 * c + i] * inv_sum);
+    }
+  }
+}
+
+bool same_shape(const kf_tensor& a, const kf_tensor& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int32_t i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i]) return false;
+  }
+  return true;
+}
+
+bool is_aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+template <int kDim>
+int launch(const kf_elem* q, const kf_elem* k, const kf_elem* v, kf_elem* o, int64_t heads,
+           int64_t seq_len, int64_t head_dim, float scale_log2, bool causal, cudaStream_t stream) {
+  constexpr int kSmemBytes = 2 * BLOCK_KV * kDim * int(sizeof(float));
+  if (kSmemBytes > 48 * 1024) {
+    // Above 48 KB, dynamic shared memory needs an opt-in (a host-side attribute, no sync).
+    if (cudaFuncSetAttribute(flash_attention_tiled<kDim>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSmemBytes) != cudaSuccess) {
+      return KF_ERR_LAUNCH;
+    }
+  }
+  const bool packed =
+      head_dim == kDim && is_aligned(k, sizeof(ElemPack4)) && is_aligned(v, sizeof(ElemPack4));
+  const dim3 grid(static_cast<unsigned>((seq_len + BLOCK_Q - 1) / BLOCK_Q),
+                  static_cast<unsigned>(heads));
+  flash_attention_tiled<kDim><<<grid, kThreads, kSmemBytes, stream>>>(
+      q, k, v, o, int(seq_len), int(head_dim), scale_log2, causal, packed);
+  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+}
+
+}  // namespace
+
+KFORGE_ENTRY int kforge_run(const kf_args* args) {
+  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
+  if (args->num_inputs != 3 || args->num_outputs != 1 || args->num_scalars != 2) {
+    return KF_ERR_UNSUPPORTED;
+  }
+  const kf_tensor& q = args->inputs[0];   // q: [batch, heads, seq_len, head_dim]
+  const kf_tensor& k = args->inputs[1];   // k: like q
+  const kf_tensor& v = args->inputs[2];   // v: like q
+  const kf_tensor& o = args->outputs[0];  // o: like q
+  if (q.dtype != kf_elem_dtype || k.dtype != kf_elem_dtype || v.dtype != kf_elem_dtype ||
+      o.dtype != kf_elem_dtype) {
+    return KF_ERR_UNSUPPORTED;
+  }
+  if (q.ndim != 4 || !same_shape(q, k) || !same_shape(q, v) || !same_shape(q, o)) {
+    return KF_ERR_UNSUPPORTED;
+  }
+  const int64_t heads = q.shape[0] * q.shape[1];  // (batch, head) pairs
+  const int64_t seq_len = q.shape[2];
+  const int64_t head_dim = q.shape[3];
+  if (head_dim < 1 || head_dim > kMaxHeadDim) return KF_ERR_UNSUPPORTED;
+  // int row indices with room for a block past the end; grid.y is limited to 65535.
+  if (seq_len > INT32_MAX / 2 || heads > 65535) return KF_ERR_UNSUPPORTED;
+  if (heads == 0 || seq_len == 0) return KF_OK;
+
+  const double sm_scale = args->scalars[0];
+  const bool causal = args->scalars[1] != 0.0;
+  const float scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);  // * log2(e)
+  const auto* q_data = static_cast<const kf_elem*>(q.data);
+  const auto* k_data = static_cast<const kf_elem*>(k.data);
+  const auto* v_data = static_cast<const kf_elem*>(v.data);
+  auto* o_data = static_cast<kf_elem*>(o.data);
+  const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
+  if (head_dim <= 64) {
+    return launch<64>(q_data, k_data, v_data, o_data, heads, seq_len, head_dim, scale_log2, causal,
+                      stream);
+  }
+  return launch<128>(q_data, k_data, v_data, o_data, heads, seq_len, head_dim, scale_log2, causal,
+                     stream);
+}
