@@ -175,6 +175,39 @@ void print_check_report(const CheckReport& report) {
   if (!report.passed()) fmt::print("  {}\n", report.detail);
 }
 
+// What check and bench both need: the kernel file, its op, a worker on the backend the file
+// names, a compiler and a checker.
+struct KernelSession {
+  KernelSession(const std::string& path, const DeviceFlags& device, bool keep_intermediates)
+      : file(KernelFile::load(path)),
+        op(op_of(file)),
+        worker({pick_backend(device, &file), device.device}),
+        compiler(CompilerOptions{.keep_intermediates = keep_intermediates}),
+        checker(compiler, worker) {}
+
+  static const OpSpec& op_of(const KernelFile& file) {
+    const OpSpec* spec = find_op(file.op);
+    if (!spec) {
+      throw UsageError(
+          fmt::format("{}: unknown op '{}' (known: {})", file.path.string(), file.op, op_names()));
+    }
+    return *spec;
+  }
+
+  // Device and run metadata every record carries.
+  void describe_run(nlohmann::json& j, const std::vector<std::string>& argv) {
+    j["device"] = worker.device();
+    j["run"] = run_metadata(argv);
+    j["run"]["toolkit"] = compiler.toolkit_version(file.backend);
+  }
+
+  KernelFile file;
+  const OpSpec& op;
+  WorkerClient worker;
+  Compiler compiler;
+  Checker checker;
+};
+
 struct CheckFlags {
   std::string file;
   std::vector<std::string> dtypes;
@@ -190,16 +223,9 @@ struct CheckFlags {
 
 int cmd_check(const CheckFlags& flags, const DeviceFlags& device,
               const std::vector<std::string>& argv) {
-  const KernelFile file = KernelFile::load(flags.file);
-  const OpSpec* op = find_op(file.op);
-  if (!op)
-    throw UsageError(
-        fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
-  WorkerClient worker({pick_backend(device, &file), device.device});
-  CompilerOptions compiler_options;
-  compiler_options.keep_intermediates = flags.keep;
-  Compiler compiler(compiler_options);
-  Checker checker(compiler, worker);
+  KernelSession session(flags.file, device, flags.keep);
+  const KernelFile& file = session.file;
+  WorkerClient& worker = session.worker;
   CheckOptions options;
   options.seed = flags.seed;
   options.dtypes = parse_dtypes(flags.dtypes);
@@ -210,12 +236,10 @@ int cmd_check(const CheckFlags& flags, const DeviceFlags& device,
   options.stages = flags.stages;
   progress_line(
       fmt::format("kforge check {} ({}) on {}", flags.file, file.op, device_line(worker.device())));
-  const CheckReport report = checker.check(file, options, progress_line);
+  const CheckReport report = session.checker.check(file, options, progress_line);
   print_check_report(report);
-  nlohmann::json j = report.to_json(*op);
-  j["device"] = worker.device();
-  j["run"] = run_metadata(argv);
-  j["run"]["toolkit"] = compiler.toolkit_version(file.backend);
+  nlohmann::json j = report.to_json(session.op);
+  session.describe_run(j, argv);
   write_json(j, flags.json_path);
   return report.passed() ? 0 : 1;
 }
@@ -237,16 +261,10 @@ struct BenchFlags {
 
 int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
               const std::vector<std::string>& argv) {
-  const KernelFile file = KernelFile::load(flags.file);
-  const OpSpec* op = find_op(file.op);
-  if (!op)
-    throw UsageError(
-        fmt::format("{}: unknown op '{}' (known: {})", flags.file, file.op, op_names()));
-  WorkerClient worker({pick_backend(device, &file), device.device});
-  CompilerOptions compiler_options;
-  compiler_options.keep_intermediates = flags.keep;
-  Compiler compiler(compiler_options);
-  Checker checker(compiler, worker);
+  KernelSession session(flags.file, device, flags.keep);
+  const KernelFile& file = session.file;
+  const OpSpec* op = &session.op;
+  WorkerClient& worker = session.worker;
   BenchOptions options;
   options.sizes = flags.shape.empty() ? op->default_size() : op->parse_shape(flags.shape);
   options.dtype = parse_dtypes({flags.dtype}).front();
@@ -260,7 +278,7 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
   progress_line(fmt::format("kforge bench {} {} {} {}", flags.file, op->name(),
                             op->format_shape(options.sizes), dtype_name(options.dtype)));
-  const BenchResult r = bench_kernel(checker, worker, file, *op, options, ceilings);
+  const BenchResult r = bench_kernel(session.checker, worker, file, *op, options, ceilings);
 
   const DeviceInfo& d = worker.device();
   fmt::print("\n{:<9} {} {} {}  [{}]\n", "problem", op->name(), op->format_shape(r.sizes),
@@ -301,8 +319,7 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   nlohmann::json j = r.to_json(*op);
   j["device"] = d;
   j["ceilings"] = ceilings.raw.at("ceilings");
-  j["run"] = run_metadata(argv);
-  j["run"]["toolkit"] = compiler.toolkit_version(file.backend);
+  session.describe_run(j, argv);
   if (!r.build.module.empty()) j["module"] = r.build.module.string();
   write_json(j, flags.json_path);
   return r.verdict == Verdict::ok ? 0 : 1;

@@ -45,14 +45,7 @@ class CrossEntropy final : public OpSpec {
   Sizes default_size() const override { return bv(8192, 32768); }
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
-    switch (dtype) {
-      case DType::f16:
-        return {1e-2, 1e-2};
-      case DType::bf16:
-        return {2e-2, 2e-2};
-      default:
-        return {1e-5, 1e-5};
-    }
+    return tolerance_by_dtype(dtype, {1e-2, 1e-2}, {2e-2, 2e-2}, {1e-5, 1e-5});
   }
   std::vector<InputKind> stability_kinds() const override {
     return {InputKind::near_max,  InputKind::very_negative, InputKind::mixed_scales,

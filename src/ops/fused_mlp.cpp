@@ -43,14 +43,7 @@ class FusedMlp final : public OpSpec {
   Sizes default_size() const override { return bdh(2048, 4096, 11008); }
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
-    switch (dtype) {
-      case DType::f16:
-        return {1e-2, 1e-2};
-      case DType::bf16:
-        return {2e-2, 2e-2};
-      default:
-        return {1e-4, 1e-4};
-    }
+    return tolerance_by_dtype(dtype, {1e-2, 1e-2}, {2e-2, 2e-2}, {1e-4, 1e-4});
   }
   // silu(gate) * up grows like |x|^2: keep the output within the dtype (fp32 for bf16).
   double max_input_magnitude(const Sizes&, DType dtype) const override {

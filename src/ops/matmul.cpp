@@ -36,14 +36,7 @@ class Matmul final : public OpSpec {
   Sizes default_size() const override { return mnk(4096, 4096, 4096); }
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
-    switch (dtype) {
-      case DType::f16:
-        return {1e-2, 1e-2};
-      case DType::bf16:
-        return {2e-2, 2e-2};
-      default:
-        return {1e-4, 1e-4};
-    }
+    return tolerance_by_dtype(dtype, {1e-2, 1e-2}, {2e-2, 2e-2}, {1e-4, 1e-4});
   }
   // Products of two near-max values overflow in any dtype; cap so that a dot product of K of
   // them stays within fp32 (and within fp16 for fp16 outputs).

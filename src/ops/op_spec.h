@@ -46,6 +46,11 @@ struct Tolerance {
   double rtol = 0;
 };
 
+// The tolerance for `dtype` among the three floating dtypes kernels are compiled for.
+inline Tolerance tolerance_by_dtype(DType dtype, Tolerance f16, Tolerance bf16, Tolerance f32) {
+  return dtype == DType::f16 ? f16 : dtype == DType::bf16 ? bf16 : f32;
+}
+
 struct Cost {
   double bytes = 0;  // fewest bytes moved through device memory: inputs read once, outputs once
   double flops = 0;

@@ -31,14 +31,7 @@ class Reduce final : public OpSpec {
   Sizes default_size() const override { return {{"M", 16384}, {"N", 4096}}; }
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
-    switch (dtype) {
-      case DType::f16:
-        return {1e-2, 1e-2};
-      case DType::bf16:
-        return {5e-2, 5e-2};
-      default:
-        return {1e-4, 1e-5};
-    }
+    return tolerance_by_dtype(dtype, {1e-2, 1e-2}, {5e-2, 5e-2}, {1e-4, 1e-5});
   }
   // A row sum's rounding error scales with sum |x|, not with the (possibly cancelled) result,
   // so the tolerance is relative to that.

@@ -39,14 +39,7 @@ class RmsNorm final : public OpSpec {
   Sizes default_size() const override { return {{"M", 8192}, {"N", 8192}}; }
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
-    switch (dtype) {
-      case DType::f16:
-        return {1e-2, 1e-2};
-      case DType::bf16:
-        return {2e-2, 2e-2};
-      default:
-        return {1e-5, 1e-5};
-    }
+    return tolerance_by_dtype(dtype, {1e-2, 1e-2}, {2e-2, 2e-2}, {1e-5, 1e-5});
   }
 
   // The sum of squares of a row must fit in fp32 (the accumulation type every kernel is

@@ -57,16 +57,9 @@ class RotaryEmbedding final : public OpSpec {
   Sizes default_size() const override { return with_half({{"", bhsd(1, 32, 4096, 128)}})[0].sizes; }
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
-    switch (dtype) {
-      case DType::f16:
-        return {1e-3, 1e-3};
-      case DType::bf16:
-        // bf16 keeps 8 significant bits: rounding alone moves a value by up to 2^-8 = 3.9e-3
-        // of itself, so a tolerance below that would fail correctly rounded outputs.
-        return {1e-2, 1e-2};
-      default:
-        return {1e-5, 1e-5};
-    }
+    // bf16 keeps 8 significant bits: rounding alone moves a value by up to 2^-8 = 3.9e-3
+    // of itself, so a tolerance below that would fail correctly rounded outputs.
+    return tolerance_by_dtype(dtype, {1e-3, 1e-3}, {1e-2, 1e-2}, {1e-5, 1e-5});
   }
   // |y| <= sqrt(2) max|x|: keep it finite.
   double max_input_magnitude(const Sizes&, DType dtype) const override {

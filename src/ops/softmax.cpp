@@ -36,14 +36,7 @@ class Softmax final : public OpSpec {
   Sizes default_size() const override { return {{"rows", 8192}, {"cols", 8192}}; }
   std::vector<DType> dtypes() const override { return {DType::f16, DType::bf16, DType::f32}; }
   Tolerance tolerance(DType dtype) const override {
-    switch (dtype) {
-      case DType::f16:
-        return {1e-3, 1e-3};
-      case DType::bf16:
-        return {2e-3, 2e-3};
-      default:
-        return {1e-5, 1e-5};
-    }
+    return tolerance_by_dtype(dtype, {1e-3, 1e-3}, {2e-3, 2e-3}, {1e-5, 1e-5});
   }
   std::vector<InputKind> stability_kinds() const override {
     auto kinds = OpSpec::stability_kinds();
