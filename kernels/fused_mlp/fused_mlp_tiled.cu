@@ -20,10 +20,19 @@
  * derive: GATE_UP_THREADS_M = GATE_UP_BLOCK_M / GATE_UP_THREAD_M
  * derive: GATE_UP_THREADS = GATE_UP_THREADS_M * (GATE_UP_BLOCK_N / GATE_UP_THREAD_N)
  * derive: DOWN_THREADS = (DOWN_BLOCK_M / DOWN_THREAD_M) * (DOWN_BLOCK_N / DOWN_THREAD_N)
- * require: GATE_UP_THREADS % 32 == 0 && GATE_UP_THREADS <= max_threads_per_block
- * require: DOWN_THREADS % 32 == 0 && DOWN_THREADS <= max_threads_per_block
- * # MIN_BLOCKS resident blocks must leave a thread at least 64 registers
- * require: MIN_BLOCKS * max(GATE_UP_THREADS, DOWN_THREADS) * 64 <= regs_per_sm
+ * require: GATE_UP_THREADS % 32 == 0 && GATE_UP_THREADS >= 64
+ * require: DOWN_THREADS % 32 == 0 && DOWN_THREADS >= 64
+ * require: max(GATE_UP_THREADS, DOWN_THREADS) <= max_threads_per_block
+ * # registers, roughly: accumulators, fragments, the prefetched slices and 16 more. MIN_BLOCKS
+ * # blocks must fit the register file with that many; past this ptxas (nvcc 13.0) spills.
+ * derive: GATE_UP_ACC = 2 * GATE_UP_THREAD_M * GATE_UP_THREAD_N
+ * derive: GATE_UP_FRAG = GATE_UP_THREAD_M + 2 * GATE_UP_THREAD_N
+ * derive: GATE_UP_SLICE = BLOCK_K * (GATE_UP_BLOCK_M + 2 * GATE_UP_BLOCK_N) / GATE_UP_THREADS
+ * derive: GATE_UP_REGS = GATE_UP_ACC + GATE_UP_FRAG + GATE_UP_SLICE + 16
+ * derive: DOWN_MICRO = DOWN_THREAD_M * DOWN_THREAD_N + DOWN_THREAD_M + DOWN_THREAD_N
+ * derive: DOWN_REGS = DOWN_MICRO + BLOCK_K * (DOWN_BLOCK_M + DOWN_BLOCK_N) / DOWN_THREADS + 16
+ * require: GATE_UP_REGS <= 255 && GATE_UP_REGS * MIN_BLOCKS * GATE_UP_THREADS <= regs_per_sm
+ * require: DOWN_REGS <= 255 && DOWN_REGS * MIN_BLOCKS * DOWN_THREADS <= regs_per_sm
  * # static shared memory: fp32 tiles, rows padded by 4 floats (two B tiles for gate and up)
  * require: 4 * BLOCK_K * (GATE_UP_BLOCK_M + 4 + 2 * (GATE_UP_BLOCK_N + 4)) <= 48 * 1024
  * require: 4 * BLOCK_K * (DOWN_BLOCK_M + 4 + DOWN_BLOCK_N + 4) <= 48 * 1024

@@ -7,13 +7,16 @@
  * param: BLOCK_K = 16 in {8, 16, 32}
  * param: THREAD_M = 8 in {4, 8}
  * param: THREAD_N = 8 in {4, 8}
- * require: BLOCK_M % (4 * THREAD_M) == 0
- * require: BLOCK_N % (4 * THREAD_N) == 0
- * require: (BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N) % 32 == 0
- * require: (BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N) <= max_threads_per_block
  * param: MIN_BLOCKS = 2 in {1, 2, 4}
- * # MIN_BLOCKS resident blocks must leave a thread at least 64 registers
- * require: MIN_BLOCKS * (BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N) * 64 <= regs_per_sm
+ * derive: BLOCK_THREADS = (BLOCK_M / THREAD_M) * (BLOCK_N / THREAD_N)
+ * require: BLOCK_M % (4 * THREAD_M) == 0 && BLOCK_N % (4 * THREAD_N) == 0
+ * require: BLOCK_THREADS % 32 == 0 && BLOCK_THREADS >= 64
+ * require: BLOCK_THREADS <= max_threads_per_block
+ * # registers, roughly: accumulators, fragments, the prefetched slice and 16 more. MIN_BLOCKS
+ * # blocks must fit the register file with that many; past this ptxas (nvcc 13.0) spills.
+ * derive: PREFETCH = BLOCK_K * (BLOCK_M + BLOCK_N) / BLOCK_THREADS
+ * derive: REGS_ESTIMATE = THREAD_M * THREAD_N + THREAD_M + THREAD_N + PREFETCH + 16
+ * require: REGS_ESTIMATE <= 255 && REGS_ESTIMATE * MIN_BLOCKS * BLOCK_THREADS <= regs_per_sm
  * # static shared memory: both fp32 tiles, a_tile padded by 4 floats per row
  * require: 4 * BLOCK_K * (BLOCK_M + 4 + BLOCK_N) <= 48 * 1024
  */

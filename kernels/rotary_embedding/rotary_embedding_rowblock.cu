@@ -4,7 +4,7 @@
  * dtypes: f16, bf16, f32
  * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
  * param: VEC = 4 in {2, 4, 8}
- * param: HEADS_PER_THREAD = 4 in {1, 2, 4, 8}
+ * param: HEADS_PER_THREAD = 4 in {1, 2, 4}
  * require: VEC * elem_bytes <= 16
  * require: BLOCK_THREADS <= max_threads_per_block
  */
@@ -17,9 +17,10 @@
 // vector load of x and one of VEC / 2 elements from each of cos and sin), threadIdx.y picks
 // the position s. The grid's x covers positions, its y covers (batch * heads). A thread loads
 // its cos and sin chunk once and applies it to HEADS_PER_THREAD consecutive heads at the same
-// position, issuing their loads back to back; the tables are read far less often than x.
-// Consecutive threads touch consecutive 16-byte chunks, and consecutive threadIdx.y rows are
-// consecutive positions, adjacent in memory, so a warp reads one contiguous span.
+// position, issuing their loads back to back, so the tables are read once per
+// HEADS_PER_THREAD heads. Consecutive threads touch consecutive vector chunks, and
+// consecutive threadIdx.y rows are consecutive positions, adjacent in memory, so a warp reads
+// one contiguous span.
 //
 // When head_dim is not a multiple of VEC, or a base is not aligned for the vector accesses,
 // the kernel falls back to one pair per thread with scalar accesses, which fits any shape.

@@ -6,6 +6,8 @@
  * param: VEC = 4 in {1, 2, 4, 8}
  * param: HEADS_PER_THREAD = 2 in {1, 2, 4, 8}
  * require: VEC * elem_bytes <= 16
+ * # x bytes a thread holds per round: more spill at 64 registers.
+ * require: 2 * HEADS_PER_THREAD * VEC * elem_bytes <= 64
  * require: BLOCK_THREADS <= max_threads_per_block
  */
 // Rotary embedding, rotate-half pairs (HF LLaMA's): (x[i], x[i + head_dim/2]) at position s
@@ -17,10 +19,10 @@
 // elements from each half of the row, and VEC elements from each of cos and sin),
 // threadIdx.y picks the position s. The grid's x covers positions, its y covers
 // (batch * heads). A thread loads its cos and sin chunk once and applies it to
-// HEADS_PER_THREAD consecutive heads at the same position, issuing their loads back to back;
-// the tables are read far less often than x. Consecutive threads touch consecutive chunks of
-// each half, and consecutive threadIdx.y rows are consecutive positions, adjacent in memory,
-// so a warp reads contiguous spans.
+// HEADS_PER_THREAD consecutive heads at the same position, issuing their loads back to back,
+// so the tables are read once per HEADS_PER_THREAD heads. Consecutive threads touch
+// consecutive chunks of each half, and consecutive threadIdx.y rows are consecutive
+// positions, adjacent in memory, so a warp reads contiguous spans.
 //
 // When head_dim / 2 is not a multiple of VEC, or a base is not aligned for the vector
 // accesses, the kernel falls back to one pair per thread with element accesses, which fits
