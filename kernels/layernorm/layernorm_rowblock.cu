@@ -76,7 +76,7 @@ __device__ __forceinline__ Moments merge(const Moments& a, const Moments& b) {
   if (b.count == 0.0f) return a;
   if (a.count == 0.0f) return b;
   const float count = __fadd_rn(a.count, b.count);
-  const float inv_count = __frcp_rn(count);
+  const float inv_count = __fdividef(1.0f, count);
   const float weighted = __fadd_rn(__fmul_rn(a.count, a.mean), __fmul_rn(b.count, b.mean));
   const float delta = __fsub_rn(b.mean, a.mean);  // the sign cancels in delta^2
   const float between =
