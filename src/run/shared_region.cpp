@@ -5,7 +5,11 @@
 #include <unistd.h>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <random>
 
 #include <utility>
 
@@ -28,10 +32,18 @@ std::byte* map_fd(int fd, size_t bytes, const std::string& name) {
 
 SharedRegion SharedRegion::create(size_t bytes) {
   static std::atomic<unsigned> counter{0};
+  // A process killed mid-run leaves its regions behind, and PIDs are reused: the name carries
+  // a random part, and a name already taken is simply drawn again.
+  static thread_local std::mt19937_64 rng(std::random_device{}());
   SharedRegion r;
-  r.name_ = fmt::format("/kforge-{}-{}", getpid(), counter++);
-  const int fd = shm_open(r.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) throw Error(fmt::format("shm_open {}: {}", r.name_, std::strerror(errno)));
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    r.name_ = fmt::format("/kforge-{}-{}-{:08x}", getpid(), counter++, rng() & 0xffffffffu);
+    fd = shm_open(r.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && (errno != EEXIST || attempt >= 8)) {
+      throw Error(fmt::format("shm_open {}: {}", r.name_, std::strerror(errno)));
+    }
+  }
   r.owner_ = true;
   if (ftruncate(fd, static_cast<off_t>(std::max<size_t>(bytes, 1))) != 0) {
     const int err = errno;
@@ -55,6 +67,16 @@ SharedRegion SharedRegion::open(const std::string& name, size_t bytes) {
   ::close(fd);
   r.size_ = bytes;
   return r;
+}
+
+void SharedRegion::remove_stale() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0;
+    if (std::sscanf(name.c_str(), "kforge-%d-", &pid) != 1 || pid <= 0) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(("/" + name).c_str());
+  }
 }
 
 SharedRegion::~SharedRegion() {

@@ -13,6 +13,8 @@ class SharedRegion {
   static SharedRegion create(size_t bytes);
   // Maps an existing region by name (worker side).
   static SharedRegion open(const std::string& name, size_t bytes);
+  // Unlinks regions left behind by kforge processes that no longer exist (killed mid-run).
+  static void remove_stale();
 
   SharedRegion() = default;
   ~SharedRegion();

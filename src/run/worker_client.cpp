@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "run/shared_region.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
@@ -36,6 +37,7 @@ std::string_view verdict_name(Verdict v) {
 WorkerClient::WorkerClient(WorkerOptions options) : options_(std::move(options)) {
   // A worker that dies while we write to it must not take kforge down with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  SharedRegion::remove_stale();
   if (options_.executable.empty()) options_.executable = fs::read_symlink("/proc/self/exe");
   if (options_.log_dir.empty()) {
     static std::atomic<int> clients{0};

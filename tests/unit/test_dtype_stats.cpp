@@ -147,3 +147,37 @@ TEST(Compare, ToleranceNanAndUnwritten) {
 
 }  // namespace
 }  // namespace kforge
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "run/shared_region.h"
+
+namespace kforge {
+namespace {
+
+TEST(SharedRegion, RemovesRegionsOfDeadProcessesOnly) {
+  // A child creates a region and exits without unlinking it, as a killed kforge would.
+  const pid_t child = fork();
+  if (child == 0) {
+    const std::string name = "/kforge-" + std::to_string(getpid()) + "-0-stale";
+    const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    _exit(fd >= 0 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string stale = "/kforge-" + std::to_string(child) + "-0-stale";
+  const SharedRegion live = SharedRegion::create(64);  // ours: must survive
+
+  SharedRegion::remove_stale();
+  EXPECT_LT(shm_open(stale.c_str(), O_RDWR, 0600), 0);
+  const int fd = shm_open(live.name().c_str(), O_RDWR, 0600);
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) close(fd);
+}
+
+}  // namespace
+}  // namespace kforge
