@@ -370,9 +370,7 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
     const auto run = [&](const CompileResult& b, const std::string& label, const Sizes& sizes,
                          InputKind kind, double scale) {
       const uint64_t seed = derive_seed(report.seed, stage_name, case_index++);
-      CaseTensors probe_size(*op, sizes, b.variant.dtype);
-      if (options.max_elements > 0 &&
-          static_cast<int64_t>(probe_size.largest_tensor_elements()) > options.max_elements) {
+      if (options.max_elements > 0 && largest_tensor_elements(*op, sizes) > options.max_elements) {
         CaseResult skipped{stage_name, label, sizes, b.variant.dtype, kind, seed};
         skipped.skipped = true;
         skipped.detail = fmt::format("over --max-elements {}", options.max_elements);

@@ -28,6 +28,17 @@ CaseTensors::CaseTensors(const OpSpec& op, const Sizes& sizes, DType dtype)
   }
 }
 
+int64_t largest_tensor_elements(const OpSpec& op, const Sizes& sizes) {
+  int64_t largest = 0;
+  for (const auto& spec : op.tensors()) {
+    int64_t n = 1;
+    for (const auto d : op.shape_of(spec, sizes))
+      n *= d;
+    largest = std::max(largest, n);
+  }
+  return largest;
+}
+
 size_t CaseTensors::largest_tensor_elements() const {
   size_t largest = 0;
   for (const auto& ref : refs_)

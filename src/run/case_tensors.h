@@ -13,6 +13,9 @@
 
 namespace kforge {
 
+// Elements in the largest tensor of a problem, without allocating it.
+int64_t largest_tensor_elements(const OpSpec& op, const Sizes& sizes);
+
 class CaseTensors {
  public:
   CaseTensors(const OpSpec& op, const Sizes& sizes, DType dtype);

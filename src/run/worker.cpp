@@ -234,6 +234,16 @@ class Worker {
     return it->second->entry();
   }
 
+  // The tensors a request names and the shared region they live in.
+  struct RequestTensors {
+    std::vector<TensorRef> refs;
+    SharedRegion region;
+  };
+  static RequestTensors open_tensors(const nlohmann::json& request) {
+    return {request.at("tensors").get<std::vector<TensorRef>>(),
+            SharedRegion::open(request.at("region"), request.at("region_bytes"))};
+  }
+
   struct Prepared {
     Entry entry;
     SharedRegion region;
@@ -244,9 +254,10 @@ class Worker {
   Prepared prepare(const nlohmann::json& request) {
     Prepared p;
     p.entry = entry_for(request.at("module"));
-    p.refs = request.at("tensors").get<std::vector<TensorRef>>();
+    RequestTensors t = open_tensors(request);
+    p.refs = std::move(t.refs);
+    p.region = std::move(t.region);
     p.scalars = request.at("scalars").get<std::vector<double>>();
-    p.region = SharedRegion::open(request.at("region"), request.at("region_bytes"));
     return p;
   }
 
@@ -288,9 +299,9 @@ class Worker {
   // Times the library call PyTorch eager would make for this problem (cuBLAS).
   nlohmann::json baseline(const nlohmann::json& request) {
     if (backend_->info().backend != "cuda") throw Error("library baselines need the CUDA backend");
-    const auto refs = request.at("tensors").get<std::vector<TensorRef>>();
-    const SharedRegion region =
-        SharedRegion::open(request.at("region"), request.at("region_bytes"));
+    const RequestTensors request_tensors = open_tensors(request);
+    const auto& refs = request_tensors.refs;
+    const SharedRegion& region = request_tensors.region;
     DeviceTensors tensors(*backend_, region, refs);
     const Sizes sizes = request.at("sizes").get<Sizes>();
     auto library =
@@ -309,9 +320,9 @@ class Worker {
   // fp32 GPU reference: inputs widened on the host, outputs written as f32 into the region.
   nlohmann::json reference(const nlohmann::json& request) {
     if (backend_->info().backend != "cuda") throw Error("GPU references need the CUDA backend");
-    const auto refs = request.at("tensors").get<std::vector<TensorRef>>();
-    const SharedRegion region =
-        SharedRegion::open(request.at("region"), request.at("region_bytes"));
+    const RequestTensors request_tensors = open_tensors(request);
+    const auto& refs = request_tensors.refs;
+    const SharedRegion& region = request_tensors.region;
     std::vector<std::vector<float>> inputs, outputs;
     std::vector<const TensorRef*> output_refs;
     for (const auto& ref : refs) {
