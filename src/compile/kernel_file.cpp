@@ -125,12 +125,28 @@ class HeaderParser {
     } else if (key == "require") {
       file_.requirements.push_back({make_expression(value, line), line});
     } else if (key == "shared_bytes") {
-      file_.shared_bytes = make_expression(value, line);
+      set_once(file_.shared_bytes, key, value, line);
+    } else if (key == "threads") {
+      set_once(file_.block_threads, key, value, line);
+    } else if (key == "cluster") {
+      set_once(file_.cluster_blocks, key, value, line);
+    } else if (key == "min_occupancy") {
+      long long percent = 0;
+      if (!parse_integer(value, &percent) || percent < 1 || percent > 100) {
+        fail(line, fmt::format("min_occupancy: expected a percentage 1..100, got '{}'", value));
+      }
+      file_.min_occupancy_percent = static_cast<int>(percent);
     } else {
       fail(line, fmt::format("unknown key '{}' (expected op, backend, dtypes, param, derive, "
-                             "require, shared_bytes)",
+                             "require, shared_bytes, threads, cluster, min_occupancy)",
                              key));
     }
+  }
+
+  void set_once(std::optional<Expression>& slot, const std::string& key, const std::string& value,
+                int line) {
+    if (slot) fail(line, fmt::format("'{}' is given twice", key));
+    slot = make_expression(value, line);
   }
 
   // param: NAME = DEFAULT in {V1, V2, ...}

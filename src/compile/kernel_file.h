@@ -44,7 +44,10 @@ struct KernelFile {
   std::vector<TunableParam> params;
   std::vector<DerivedValue> derived;
   std::vector<Requirement> requirements;
-  std::optional<Expression> shared_bytes;
+  std::optional<Expression> shared_bytes;    // dynamic shared memory per block, in bytes
+  std::optional<Expression> block_threads;   // threads per block of the main kernel
+  std::optional<Expression> cluster_blocks;  // thread-block cluster size (1: no cluster)
+  int min_occupancy_percent = 0;             // theoretical occupancy below this is pruned
 
   // Reads and parses a file; throws UsageError if unreadable, ParseError if malformed.
   static KernelFile load(const std::filesystem::path& path);

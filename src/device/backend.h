@@ -32,6 +32,9 @@ struct DeviceInfo {
   int64_t max_shared_per_sm = 0;
   int regs_per_sm = 0;
   int regs_per_block = 0;
+  int max_threads_per_sm = 0;
+  int max_blocks_per_sm = 0;
+  int64_t reserved_shared_per_block = 0;  // taken by the system from every block's share
   int warp_size = 0;
   int max_sm_clock_mhz = 0;
   std::string driver_version;

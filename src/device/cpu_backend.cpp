@@ -140,6 +140,8 @@ DeviceInfo cpu_device_info() {
   d.max_shared_per_sm = 1 << 20;
   d.regs_per_sm = 1 << 16;
   d.regs_per_block = 1 << 16;
+  d.max_threads_per_sm = 2048;
+  d.max_blocks_per_sm = 32;
   d.warp_size = 1;
   return d;
 }

@@ -47,6 +47,9 @@ DeviceInfo query_device(int index) {
   d.max_shared_per_sm = static_cast<int64_t>(p.sharedMemPerMultiprocessor);
   d.regs_per_sm = p.regsPerMultiprocessor;
   d.regs_per_block = p.regsPerBlock;
+  d.max_threads_per_sm = p.maxThreadsPerMultiProcessor;
+  d.max_blocks_per_sm = p.maxBlocksPerMultiProcessor;
+  d.reserved_shared_per_block = static_cast<int64_t>(p.reservedSharedMemPerBlock);
   d.warp_size = p.warpSize;
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);

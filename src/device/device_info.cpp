@@ -17,6 +17,8 @@ Bindings DeviceInfo::limits() const {
           {"max_shared_per_sm", max_shared_per_sm},
           {"regs_per_sm", regs_per_sm},
           {"regs_per_block", regs_per_block},
+          {"max_threads_per_sm", max_threads_per_sm},
+          {"max_blocks_per_sm", max_blocks_per_sm},
           {"sm_count", sm_count},
           {"warp_size", warp_size},
           {"l2_bytes", l2_bytes},
@@ -38,6 +40,9 @@ void to_json(nlohmann::json& j, const DeviceInfo& d) {
        {"max_shared_per_sm", d.max_shared_per_sm},
        {"regs_per_sm", d.regs_per_sm},
        {"regs_per_block", d.regs_per_block},
+       {"max_threads_per_sm", d.max_threads_per_sm},
+       {"max_blocks_per_sm", d.max_blocks_per_sm},
+       {"reserved_shared_per_block", d.reserved_shared_per_block},
        {"warp_size", d.warp_size},
        {"max_sm_clock_mhz", d.max_sm_clock_mhz},
        {"driver_version", d.driver_version},
@@ -59,6 +64,9 @@ void from_json(const nlohmann::json& j, DeviceInfo& d) {
   j.at("max_shared_per_sm").get_to(d.max_shared_per_sm);
   j.at("regs_per_sm").get_to(d.regs_per_sm);
   j.at("regs_per_block").get_to(d.regs_per_block);
+  j.at("max_threads_per_sm").get_to(d.max_threads_per_sm);
+  j.at("max_blocks_per_sm").get_to(d.max_blocks_per_sm);
+  j.at("reserved_shared_per_block").get_to(d.reserved_shared_per_block);
   j.at("warp_size").get_to(d.warp_size);
   j.at("max_sm_clock_mhz").get_to(d.max_sm_clock_mhz);
   j.at("driver_version").get_to(d.driver_version);
