@@ -77,7 +77,11 @@ TEST(KernelFile, ErrorsNameTheLine) {
             "k.cpp:2: expected 'key: value', got 'colour blue'");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", " * flavour: mint\n"),
             "k.cpp:2: unknown key 'flavour' (expected op, backend, dtypes, param, derive, require, "
-            "shared_bytes)");
+            "shared_bytes, threads, cluster, min_occupancy)");
+  EXPECT_EQ(error_after(" * op: rmsnorm\n", " * op: rmsnorm\n * min_occupancy: 150\n"),
+            "k.cpp:3: min_occupancy: expected a percentage 1..100, got '150'");
+  EXPECT_EQ(error_after(" * op: rmsnorm\n", " * op: rmsnorm\n * threads: 32\n * threads: 64\n"),
+            "k.cpp:4: 'threads' is given twice");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", ""), "k.cpp:1: header block has no 'op:' line");
   EXPECT_EQ(error_after(" */\nint body;\n", ""), "k.cpp:1: header block is not closed with '*/'");
 }
@@ -140,6 +144,17 @@ TEST(Expression, Errors) {
   EXPECT_THROW(Expression("A +* 3"), Error);
   EXPECT_THROW(Expression("Q + 1").evaluate({}), Error);
   EXPECT_THROW(Expression("A / 0").evaluate({{"A", 1}}), Error);
+}
+
+TEST(KernelFile, LaunchShapeDeclarations) {
+  std::string text = kValid;
+  text.replace(text.find(" */"), 3, " * threads: BLOCK\n * cluster: 2\n * min_occupancy: 25\n */");
+  const KernelFile f = KernelFile::parse(text, "k.cpp");
+  ASSERT_TRUE(f.block_threads && f.cluster_blocks);
+  EXPECT_EQ(f.block_threads->evaluate({{"BLOCK", 128}}), 128);
+  EXPECT_EQ(f.cluster_blocks->evaluate({}), 2);
+  EXPECT_EQ(f.min_occupancy_percent, 25);
+  EXPECT_FALSE(KernelFile::parse(kValid, "k.cpp").block_threads);
 }
 
 }  // namespace
