@@ -15,16 +15,8 @@ WorkerReply time_request(WorkerClient& worker, const OpSpec& op, const BenchOpti
                          std::chrono::milliseconds timeout) {
   CaseTensors tensors(op, options.sizes, options.dtype);
   tensors.generate_inputs(InputKind::normal, seed);
-  tensors.poison_outputs();
-  nlohmann::json request = tensors.request(kind, module ? *module : std::filesystem::path(),
-                                           op.scalar_values(options.sizes));
-  request["settings"] = options.settings;
-  request["op_name"] = op.name();
-  request["sizes"] = options.sizes;
-  const auto limit =
-      timeout + std::chrono::milliseconds(static_cast<long long>(
-                    1000 * (options.settings.max_seconds + options.settings.warmup_seconds) * 2));
-  return worker.request(request, limit);
+  return time_on_tensors(worker, op, options.sizes, tensors, kind,
+                         module ? *module : std::filesystem::path(), options.settings, timeout);
 }
 
 std::optional<BaselineResult> time_baseline(Checker& checker, WorkerClient& worker,
@@ -71,6 +63,20 @@ std::optional<BaselineResult> time_baseline(Checker& checker, WorkerClient& work
 }
 
 }  // namespace
+
+WorkerReply time_on_tensors(WorkerClient& worker, const OpSpec& op, const Sizes& sizes,
+                            CaseTensors& tensors, const char* kind,
+                            const std::filesystem::path& module, const BenchSettings& settings,
+                            std::chrono::milliseconds timeout) {
+  tensors.poison_outputs();
+  nlohmann::json request = tensors.request(kind, module, op.scalar_values(sizes));
+  request["settings"] = settings;
+  request["op_name"] = op.name();
+  request["sizes"] = sizes;
+  const auto limit = timeout + std::chrono::milliseconds(static_cast<long long>(
+                                   1000 * (settings.max_seconds + settings.warmup_seconds) * 2));
+  return worker.request(request, limit);
+}
 
 BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFile& file,
                          const OpSpec& op, const BenchOptions& options, const Ceilings& ceilings) {

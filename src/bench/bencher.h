@@ -59,6 +59,13 @@ struct BenchResult {
   nlohmann::json to_json(const OpSpec& op) const;
 };
 
+// Times `module` ("bench") or the op's library baseline ("baseline") on inputs already in
+// `tensors`; the reply carries the samples in milliseconds.
+WorkerReply time_on_tensors(WorkerClient& worker, const OpSpec& op, const Sizes& sizes,
+                            CaseTensors& tensors, const char* kind,
+                            const std::filesystem::path& module, const BenchSettings& settings,
+                            std::chrono::milliseconds timeout);
+
 BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFile& file,
                          const OpSpec& op, const BenchOptions& options, const Ceilings& ceilings);
 

@@ -106,6 +106,13 @@ class Checker {
                       const std::string& label, const Sizes& sizes, InputKind kind, uint64_t seed,
                       double tolerance_scale, std::chrono::milliseconds timeout);
 
+  // Runs `build` on the inputs already in `tensors` (outputs are poisoned first) and compares
+  // with `*expected`, which is computed on first use and kept there: a problem prepared once
+  // can check many builds (the tuner's gate). `result` carries the case's labels.
+  CaseResult run_prepared(const OpSpec& op, const CompileResult& build, CaseTensors& tensors,
+                          std::vector<std::vector<double>>& expected, CaseResult result,
+                          double tolerance_scale, std::chrono::milliseconds timeout);
+
   // Runs one problem three times in the current worker and once in a fresh one; every output
   // must be bitwise identical. `record` receives the case and returns whether it passed.
   bool check_determinism(const OpSpec& op, const CompileResult& build, const SizeCase& size,

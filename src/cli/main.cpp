@@ -5,6 +5,7 @@
 //   kforge ceilings                measured copy / matmul ceilings of a device (cached)
 //   kforge check FILE              five-stage correctness of one kernel file
 //   kforge bench FILE              timing at one problem, against the measured ceilings
+//   kforge tune OP|FILE            search a template's parameters under the device's limits
 //
 // Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
 // 3 an internal error.
@@ -19,6 +20,8 @@
 
 #include "bench/bencher.h"
 #include "check/checker.h"
+#include "cli/common.h"
+#include "cli/tune_command.h"
 #include "compile/compiler.h"
 #include "core/error.h"
 #include "core/run_info.h"
@@ -30,89 +33,6 @@
 
 namespace kforge {
 namespace {
-
-// Where people read progress: stderr, so that --json output on stdout stays clean.
-void progress_line(const std::string& line) {
-  fmt::print(stderr, "{}\n", line);
-}
-
-struct DeviceFlags {
-  std::string backend = "auto";  // auto: what the kernel file needs, else cuda if present
-  int device = 0;
-};
-
-void add_device_flags(CLI::App* cmd, DeviceFlags& flags) {
-  cmd->add_option("--backend", flags.backend, "cuda, cpu or auto")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
-  cmd->add_option("--device", flags.device, "CUDA device index")->check(CLI::NonNegativeNumber);
-}
-
-std::string pick_backend(const DeviceFlags& flags, const KernelFile* file) {
-  std::string backend = flags.backend;
-  if (file) {
-    const std::string needed(backend_name(file->backend));
-    if (backend != "auto" && backend != needed) {
-      throw UsageError(fmt::format("{} is a {} kernel file; it cannot run on --backend {}",
-                                   file->path.string(), needed, backend));
-    }
-    backend = needed;
-  } else if (backend == "auto") {
-    backend = list_cuda_devices().empty() ? "cpu" : "cuda";
-  }
-  if (backend == "cuda") {
-    const auto devices = list_cuda_devices();
-    if (devices.empty()) {
-      throw UsageError(
-          "no CUDA device is visible on this machine; CUDA kernel files (.cu) need one. Use a "
-          "CPU kernel file (kernels/<op>/<op>_cpu.cpp) to run on the CPU backend");
-    }
-    if (flags.device >= static_cast<int>(devices.size())) {
-      throw UsageError(
-          fmt::format("--device {}: only {} CUDA device(s) present", flags.device, devices.size()));
-    }
-  }
-  return backend;
-}
-
-std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
-  std::vector<DType> out;
-  for (const auto& n : names) {
-    const auto d = parse_dtype(n);
-    if (!d) throw UsageError(fmt::format("dtype '{}' is not one of f16, bf16, f32", n));
-    out.push_back(*d);
-  }
-  return out;
-}
-
-ParamValues parse_params(const std::vector<std::string>& items) {
-  ParamValues out;
-  for (const auto& item : items) {
-    const auto [name, value] = parse_param_assignment(item);
-    out[name] = value;
-  }
-  return out;
-}
-
-std::string device_line(const DeviceInfo& d) {
-  if (d.backend == "cpu") {
-    return fmt::format("cpu: {} ({} cores, LLC {} MiB)", d.name, d.sm_count, d.l2_bytes >> 20);
-  }
-  return fmt::format("cuda:{} {} (cc {}.{}, {} SMs, {:.1f} GiB, L2 {} MiB, driver {}, runtime {})",
-                     d.index, d.name, d.cc_major, d.cc_minor, d.sm_count,
-                     static_cast<double>(d.total_memory) / (1 << 30), d.l2_bytes >> 20,
-                     d.driver_version, d.runtime_version);
-}
-
-void write_json(const nlohmann::json& j, const std::string& path) {
-  if (path.empty()) return;
-  if (path == "-") {
-    std::cout << j.dump(2) << "\n";
-    return;
-  }
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) throw Error(fmt::format("cannot write {}", path));
-}
 
 int cmd_devices(bool json) {
   const auto cuda = list_cuda_devices();
@@ -174,39 +94,6 @@ void print_check_report(const CheckReport& report) {
   fmt::print("\nverdict: {}  (seed {})\n", verdict_name(report.verdict), report.seed);
   if (!report.passed()) fmt::print("  {}\n", report.detail);
 }
-
-// What check and bench both need: the kernel file, its op, a worker on the backend the file
-// names, a compiler and a checker.
-struct KernelSession {
-  KernelSession(const std::string& path, const DeviceFlags& device, bool keep_intermediates)
-      : file(KernelFile::load(path)),
-        op(op_of(file)),
-        worker({pick_backend(device, &file), device.device}),
-        compiler(CompilerOptions{.keep_intermediates = keep_intermediates}),
-        checker(compiler, worker) {}
-
-  static const OpSpec& op_of(const KernelFile& file) {
-    const OpSpec* spec = find_op(file.op);
-    if (!spec) {
-      throw UsageError(
-          fmt::format("{}: unknown op '{}' (known: {})", file.path.string(), file.op, op_names()));
-    }
-    return *spec;
-  }
-
-  // Device and run metadata every record carries.
-  void describe_run(nlohmann::json& j, const std::vector<std::string>& argv) {
-    j["device"] = worker.device();
-    j["run"] = run_metadata(argv);
-    j["run"]["toolkit"] = compiler.toolkit_version(file.backend);
-  }
-
-  KernelFile file;
-  const OpSpec& op;
-  WorkerClient worker;
-  Compiler compiler;
-  Checker checker;
-};
 
 struct CheckFlags {
   std::string file;
@@ -388,6 +275,9 @@ int main(int argc, char** argv) {
                     "Write the result as JSON to FILE ('-' for stdout)");
   add_device_flags(bench, device_flags);
 
+  TuneFlags tune_flags;
+  auto* tune = add_tune_command(app, tune_flags, device_flags);
+
   std::string worker_backend;
   int worker_device = 0;
   auto* worker = app.add_subcommand("__worker", "Internal: runs candidate code for kforge");
@@ -408,6 +298,7 @@ int main(int argc, char** argv) {
     if (*ceilings) return cmd_ceilings(device_flags, refresh, ceilings_json);
     if (*check) return cmd_check(check_flags, device_flags, args);
     if (*bench) return cmd_bench(bench_flags, device_flags, args);
+    if (*tune) return cmd_tune(tune_flags, device_flags, args);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kforge: {}\n", e.what());
     return 2;

@@ -144,4 +144,15 @@ long long Expression::evaluate(const Bindings& bindings) const {
   }
 }
 
+long long Expression::evaluate_values(const long long* values) const {
+  std::lock_guard lock(impl_->mutex);
+  for (size_t i = 0; i < variables_.size(); ++i)
+    impl_->slots[i] = static_cast<double>(values[i]);
+  try {
+    return as_integer(impl_->parser.Eval());
+  } catch (const mu::ParserError& e) {
+    throw Error(fmt::format("expression '{}': {}", text_, e.GetMsg()));
+  }
+}
+
 }  // namespace kforge

@@ -1,6 +1,7 @@
 // What happened to a candidate. Every run of candidate code ends in exactly one of these.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,5 +18,7 @@ enum class Verdict {
 };
 
 std::string_view verdict_name(Verdict v);  // "OK", "WRONG", ...
+// The inverse of verdict_name; nullopt for any other text.
+std::optional<Verdict> parse_verdict(std::string_view name);
 
 }  // namespace kforge

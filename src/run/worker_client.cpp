@@ -34,6 +34,14 @@ std::string_view verdict_name(Verdict v) {
   return "?";
 }
 
+std::optional<Verdict> parse_verdict(std::string_view name) {
+  for (const Verdict v : {Verdict::ok, Verdict::wrong, Verdict::crash, Verdict::timeout,
+                          Verdict::oom, Verdict::compile_error, Verdict::rejected}) {
+    if (verdict_name(v) == name) return v;
+  }
+  return std::nullopt;
+}
+
 WorkerClient::WorkerClient(WorkerOptions options) : options_(std::move(options)) {
   // A worker that dies while we write to it must not take kforge down with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);

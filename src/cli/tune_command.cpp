@@ -1,0 +1,405 @@
+#include "cli/tune_command.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/run_info.h"
+#include "device/ceilings.h"
+#include "tune/strategy.h"
+#include "tune/tuner.h"
+
+namespace kforge {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The kernel files to tune: the file given, or every library file of the op for the backend.
+std::vector<KernelFile> resolve_files(const std::string& target, const std::string& backend) {
+  std::vector<KernelFile> files;
+  if (fs::is_regular_file(target)) {
+    files.push_back(KernelFile::load(target));
+    return files;
+  }
+  if (!find_op(target)) {
+    throw UsageError(
+        fmt::format("'{}' is neither a kernel file nor an op (known ops: {})", target, op_names()));
+  }
+  const fs::path dir = default_include_dir().parent_path() / "kernels" / target;
+  std::vector<fs::path> paths;
+  if (fs::is_directory(dir)) {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const auto ext = entry.path().extension();
+      if ((backend == "cuda" && ext == ".cu") || (backend == "cpu" && ext == ".cpp")) {
+        paths.push_back(entry.path());
+      }
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) {
+    throw UsageError(fmt::format("no {} kernel files for {} in {}", backend, target, dir.string()));
+  }
+  for (const auto& p : paths) {
+    files.push_back(KernelFile::load(p));
+    if (files.back().op != target) {
+      throw UsageError(
+          fmt::format("{} implements '{}', not '{}'", p.string(), files.back().op, target));
+    }
+  }
+  return files;
+}
+
+// The tunables of a record, without derived values: what a person passes back with --param.
+std::string tunables_text(const KernelFile& file, const nlohmann::json& params) {
+  std::vector<std::string> parts;
+  for (const auto& p : file.params) {
+    if (params.contains(p.name))
+      parts.push_back(fmt::format("{}={}", p.name, params.at(p.name).get<long long>()));
+  }
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+const KernelFile* file_of(const std::vector<KernelFile>& files, const std::string& name) {
+  for (const auto& f : files) {
+    if (f.path.filename().string() == name) return &f;
+  }
+  return files.empty() ? nullptr : &files.front();
+}
+
+// One line that is rewritten in place on a terminal, or a line per evaluation in a log.
+class ProgressBar {
+ public:
+  ProgressBar() : tty_(isatty(STDERR_FILENO) != 0) {}
+  ~ProgressBar() { finish(); }
+
+  void update(const TuneProgress& p) {
+    const auto& r = p.last->record;
+    const std::string total = p.budget ? fmt::format("/{}", p.budget) : "";
+    const std::string what = r.timed() ? fmt::format("{:.2f} us", r.stats.median * 1e3)
+                                       : fmt::format("{} at {}", verdict_name(r.verdict), r.stage);
+    const std::string line =
+        fmt::format("[{:>4}{}] valid {:>4}  best {:>10}  last {} {}{}", p.evaluated, total, p.valid,
+                    p.best_ms ? fmt::format("{:.2f} us", *p.best_ms * 1e3) : "-", r.variant, what,
+                    p.last->from_database ? " (db)" : "");
+    if (tty_) {
+      fmt::print(stderr, "\r\033[K{}", line.substr(0, 160));
+      open_ = true;
+    } else {
+      fmt::print(stderr, "{}\n", line);
+    }
+  }
+  void finish() {
+    if (open_) fmt::print(stderr, "\n");
+    open_ = false;
+  }
+
+ private:
+  bool tty_;
+  bool open_ = false;
+};
+
+void print_report(const TuneReport& report, const std::vector<KernelFile>& files, const OpSpec& op,
+                  const std::optional<Ceilings>& ceilings, size_t top) {
+  const Cost cost = op.cost(report.problem.sizes, report.problem.dtype);
+  std::vector<size_t> ranked;
+  for (size_t i = 0; i < report.evaluations.size(); ++i) {
+    if (report.evaluations[i].record.timed()) ranked.push_back(i);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
+    return report.evaluations[a].record.cost() < report.evaluations[b].record.cost();
+  });
+  const double baseline_ms = report.baseline && report.evaluations[*report.baseline].record.timed()
+                                 ? report.evaluations[*report.baseline].record.stats.median
+                                 : NAN;
+
+  fmt::print("\ntune {} on {}{}  strategy {} (seed {})\n", report.problem.key(), report.device,
+             report.replay ? " (replay)" : "", report.strategy, report.seed);
+  fmt::print("\n{:>4} {:>10} {:>17} {:>8} {:>9} {:>7} {:>5} {:>5}  {}\n", "rank", "median us",
+             "p10-p90 us", "vs base", "GB/s", "% copy", "regs", "occ", "variant");
+  const auto row = [&](const std::string& rank, const TuneEvaluation& e) {
+    const auto& r = e.record;
+    const double us = r.stats.median * 1e3;
+    const double gbps = cost.bytes / (r.stats.median * 1e-3) / 1e9;
+    const KernelFile* f = file_of(files, r.file);
+    fmt::print("{:>4} {:>10.2f} {:>17} {:>7.3f}x {:>9.1f} {:>7} {:>5} {:>5}  {}{}\n", rank, us,
+               fmt::format("{:.2f}-{:.2f}", r.stats.p10 * 1e3, r.stats.p90 * 1e3),
+               std::isnan(baseline_ms) ? NAN : baseline_ms / r.stats.median, gbps,
+               ceilings && ceilings->copy_gbps > 0
+                   ? fmt::format("{:.1f}", 100 * gbps / ceilings->copy_gbps)
+                   : "-",
+               r.registers ? std::to_string(r.registers) : "-",
+               r.occupancy >= 0 ? fmt::format("{:.0f}%", 100 * r.occupancy) : "-",
+               files.size() > 1 ? r.file + " " : "", f ? tunables_text(*f, r.params) : "");
+  };
+  for (size_t i = 0; i < std::min(top, ranked.size()); ++i)
+    row(std::to_string(i + 1), report.evaluations[ranked[i]]);
+  if (report.baseline) {
+    const auto& b = report.evaluations[*report.baseline];
+    if (b.record.timed()) {
+      row("base", b);
+    } else {
+      fmt::print("base  {} at {}: {}\n", verdict_name(b.record.verdict), b.record.stage,
+                 b.record.detail);
+    }
+  }
+
+  fmt::print("\nspace      {:.0f} raw combinations, {} feasible after pruning ({:.1f} ms)\n",
+             report.raw_size, report.feasible, report.solve_seconds * 1e3);
+  std::vector<std::pair<std::string, double>> pruned(report.pruned_before_compile.begin(),
+                                                     report.pruned_before_compile.end());
+  std::sort(pruned.begin(), pruned.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+  for (const auto& [why, count] : pruned)
+    fmt::print("  pruned   {:>10.0f}  {}\n", count, why);
+  for (const auto& [why, count] : report.rejected_after_compile)
+    fmt::print("  rejected {:>10}  {} (after compiling)\n", count, why);
+  for (const auto& [why, count] : report.failed)
+    fmt::print("  failed   {:>10}  {}\n", count, why);
+  size_t from_db = 0;
+  for (const auto& e : report.evaluations)
+    from_db += e.from_database ? 1 : 0;
+  fmt::print(
+      "evaluated  {} ({} valid, {} from the results database{}); stopped: {}\n",
+      report.evaluations.size(), ranked.size(), from_db,
+      report.missing_in_replay ? fmt::format(", {} not recorded", report.missing_in_replay) : "",
+      report.stop_reason);
+  if (!report.replay) {
+    fmt::print(
+        "compile    {} variants in {:.1f} s wall = {:.2f} variants/s ({:.1f} s of compiler "
+        "time); device waited {:.1f} s for compiles\n",
+        report.compiled, report.compile_wall_seconds, report.compile_throughput(),
+        report.compile_seconds_sum, report.device_wait_seconds);
+  }
+  if (report.best) {
+    const auto& b = report.evaluations[*report.best].record;
+    const KernelFile* f = file_of(files, b.file);
+    fmt::print("best       {} {}  {:.2f} us{}\n", b.file, f ? tunables_text(*f, b.params) : "",
+               b.stats.median * 1e3,
+               std::isnan(baseline_ms)
+                   ? ""
+                   : fmt::format(" = {:.3f}x the defaults", baseline_ms / b.stats.median));
+    fmt::print("check      {}\n", report.final_check.empty() ? "not run" : report.final_check);
+  } else {
+    fmt::print("best       none: no variant passed\n");
+  }
+  fmt::print("time       {:.1f} s\n", report.wall_seconds);
+}
+
+std::string slug(std::string text) {
+  for (char& c : text) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  }
+  return text;
+}
+
+}  // namespace
+
+CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device) {
+  auto* tune = app.add_subcommand(
+      "tune", "Search a kernel file's parameters for the fastest correct variant at a problem");
+  tune->add_option("target", flags.target,
+                   "An op (tunes its library kernel files) or a kernel file")
+      ->required();
+  auto* shape =
+      tune->add_option("--shape", flags.shape, "Problem sizes, e.g. 8192x8192 (default: the op's)");
+  tune->add_option("--sizes", flags.sizes,
+                   "'all': tune every size of the op's benchmark sweep and write a size -> "
+                   "variant table")
+      ->check(CLI::IsMember({"all"}))
+      ->excludes(shape);
+  tune->add_option("--dtype", flags.dtype, "f16, bf16 or f32")->capture_default_str();
+  std::vector<std::string> names;
+  for (const auto& s : strategies())
+    names.push_back(s.name);
+  tune->add_option("--strategy", flags.strategy, fmt::format("{}", fmt::join(names, ", ")))
+      ->check(CLI::IsMember(names))
+      ->capture_default_str();
+  tune->add_option("--budget", flags.budget, "At most this many evaluations (0: no limit)");
+  tune->add_option("--time", flags.max_seconds, "Wall-clock budget in seconds (0: no limit)");
+  tune->add_option("--seed", flags.seed, "Strategy seed (default: derived from the problem)");
+  tune->add_option("--lookahead", flags.lookahead, "Proposals in flight (compiling ahead)")
+      ->capture_default_str();
+  tune->add_option("--jobs", flags.jobs, "Parallel compiles (default: one per CPU core)");
+  tune->add_option("--arch", flags.arch, "GPU architecture, e.g. sm_90a");
+  tune->add_option("--db", flags.db,
+                   "Results database (default: $KFORGE_RESULTS_DB or "
+                   "~/.cache/kforge/results.sqlite)");
+  tune->add_flag("--replay", flags.replay,
+                 "Run the strategy over recorded results only: no compiler, no device");
+  tune->add_option("--replay-device", flags.replay_device,
+                   "Device whose records to replay (default: the one with most records)");
+  tune->add_flag("--fresh", flags.fresh, "Evaluate again even when the database has a result");
+  tune->add_flag("--no-final-check", flags.no_final_check,
+                 "Skip the five-stage check of the winner");
+  tune->add_option("--top", flags.top, "Rows in the final table")->capture_default_str();
+  tune->add_option("--json", flags.json_path, "Write the report as JSON to FILE ('-' for stdout)");
+  tune->add_option("--table", flags.table_path,
+                   "With --sizes all: where to write the size -> variant table");
+  add_device_flags(tune, device);
+  return tune;
+}
+
+int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
+             const std::vector<std::string>& argv) {
+  const bool all_sizes = flags.sizes == "all";
+  ResultsDb db(flags.db.empty() ? default_results_db() : fs::path(flags.db));
+  const bool is_file = fs::is_regular_file(flags.target);
+
+  // The backend: the kernel file's, the recorded device's for a replay, or the flags'.
+  std::string backend;
+  std::optional<KernelFile> single;
+  if (is_file) {
+    single = KernelFile::load(flags.target);
+    backend = std::string(backend_name(single->backend));
+  }
+  const OpSpec& op = single ? KernelSession::op_of(*single) : [&]() -> const OpSpec& {
+    const OpSpec* o = find_op(flags.target);
+    if (!o) {
+      throw UsageError(fmt::format("'{}' is neither a kernel file nor an op (known ops: {})",
+                                   flags.target, op_names()));
+    }
+    return *o;
+  }();
+  const DType dtype = parse_dtypes({flags.dtype}).front();
+  std::vector<Sizes> problems;
+  if (all_sizes) {
+    for (const auto& s : op.bench_sizes())
+      problems.push_back(s.sizes);
+  } else {
+    problems.push_back(flags.shape.empty() ? op.default_size() : op.parse_shape(flags.shape));
+  }
+
+  TuneOptions options;
+  options.strategy = flags.strategy;
+  options.seed = flags.seed;
+  options.max_evaluations = flags.budget;
+  options.max_seconds = flags.max_seconds;
+  options.lookahead = flags.lookahead;
+  options.compile_jobs = flags.jobs;
+  options.arch = flags.arch;
+  options.final_check = !flags.no_final_check;
+  options.use_database = !flags.fresh;
+
+  std::unique_ptr<WorkerClient> worker;
+  std::unique_ptr<Compiler> compiler;
+  std::unique_ptr<Checker> checker;
+  std::optional<Ceilings> ceilings;
+  std::string replay_device;
+  if (flags.replay) {
+    const TuneProblem first{&op, problems.front(), dtype};
+    replay_device = flags.replay_device;
+    if (replay_device.empty()) {
+      const auto devices = db.devices_for(first.key());
+      if (devices.empty()) {
+        throw UsageError(
+            fmt::format("nothing recorded for {} in {}", first.key(), db.path().string()));
+      }
+      replay_device = devices.front();
+    }
+    if (backend.empty()) backend = replay_device.rfind("cpu:", 0) == 0 ? "cpu" : "cuda";
+  } else {
+    if (backend.empty()) backend = pick_backend(device, nullptr);
+    if (single) backend = pick_backend(device, &*single);
+    worker = std::make_unique<WorkerClient>(WorkerOptions{backend, device.device});
+    compiler = std::make_unique<Compiler>();
+    checker = std::make_unique<Checker>(*compiler, *worker);
+    progress_line(fmt::format("kforge tune {} on {}", flags.target, device_line(worker->device())));
+    ceilings = device_ceilings(*worker, default_cache_dir(), false, progress_line);
+  }
+  std::vector<KernelFile> files;
+  if (single) {
+    files.push_back(std::move(*single));
+  } else {
+    files = resolve_files(flags.target, backend);
+  }
+  std::vector<const KernelFile*> file_ptrs;
+  for (const auto& f : files)
+    file_ptrs.push_back(&f);
+
+  Tuner tuner(db, compiler.get(), checker.get(), worker.get());
+  nlohmann::json reports = nlohmann::json::array();
+  nlohmann::json table = nlohmann::json::array();
+  bool all_found = true;
+  for (const Sizes& sizes : problems) {
+    const TuneProblem problem{&op, sizes, dtype};
+    progress_line(fmt::format("tuning {} over {} file(s), strategy {}", problem.key(), files.size(),
+                              flags.strategy));
+    TuneReport report;
+    {
+      ProgressBar bar;
+      const auto on_progress = [&](const TuneProgress& p) { bar.update(p); };
+      report = flags.replay ? tuner.replay(file_ptrs, problem, replay_device, options, on_progress)
+                            : tuner.tune(file_ptrs, problem, options, on_progress,
+                                         [&](const std::string& s) {
+                                           bar.finish();
+                                           progress_line(s);
+                                         });
+    }
+    print_report(report, files, op, ceilings, flags.top);
+    nlohmann::json j = report.to_json(flags.top);
+    j["files"] = nlohmann::json::array();
+    for (const auto& f : files)
+      j["files"].push_back(f.path.string());
+    if (worker) j["device_info"] = worker->device();
+    if (ceilings) j["ceilings"] = ceilings->raw.at("ceilings");
+    j["run"] = run_metadata(argv);
+    reports.push_back(j);
+    if (report.best) {
+      const auto& b = report.evaluations[*report.best].record;
+      const KernelFile* f = file_of(files, b.file);
+      nlohmann::json tunables = nlohmann::json::object();
+      for (const auto& p : f->params)
+        tunables[p.name] = b.params.at(p.name);
+      table.push_back({{"shape", op.format_shape(sizes)},
+                       {"sizes", sizes},
+                       {"file", f->path.filename().string()},
+                       {"params", tunables},
+                       {"variant_key", b.variant_key},
+                       {"time_us", b.stats.median * 1e3},
+                       {"final_check", report.final_check}});
+    } else {
+      all_found = false;
+      table.push_back({{"shape", op.format_shape(sizes)}, {"sizes", sizes}, {"file", nullptr}});
+    }
+  }
+
+  if (all_sizes) {
+    const std::string device_name = flags.replay ? replay_device : device_key(worker->device());
+    const fs::path path =
+        flags.table_path.empty()
+            ? fs::path("kforge-tuned") /
+                  fmt::format("{}-{}-{}.json", op.name(), dtype_name(dtype), slug(device_name))
+            : fs::path(flags.table_path);
+    if (path.has_parent_path()) fs::create_directories(path.parent_path());
+    write_json({{"op", op.name()},
+                {"dtype", dtype_name(dtype)},
+                {"device", device_name},
+                {"strategy", flags.strategy},
+                {"git_sha", git_state().sha},
+                {"recorded_at", utc_timestamp()},
+                {"sizes", table}},
+               path.string());
+    fmt::print("\n{:<22} {:>10}  {}\n", "size", "median us", "variant");
+    for (const auto& row : table) {
+      if (row.at("file").is_null()) {
+        fmt::print("{:<22} {:>10}  none passed\n", row.at("shape").get<std::string>(), "-");
+        continue;
+      }
+      fmt::print("{:<22} {:>10.2f}  {} {}\n", row.at("shape").get<std::string>(),
+                 row.at("time_us").get<double>(), row.at("file").get<std::string>(),
+                 row.at("params").dump());
+    }
+    fmt::print("size -> variant table written to {}\n", path.string());
+  }
+  write_json(reports.size() == 1 ? reports.front() : reports, flags.json_path);
+  return all_found ? 0 : 1;
+}
+
+}  // namespace kforge

@@ -1,0 +1,39 @@
+// `kforge tune OP|FILE`: template search under the device's limits (see src/tune/tuner.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common.h"
+
+namespace kforge {
+
+struct TuneFlags {
+  std::string target;  // an op name or a kernel file
+  std::string shape;
+  std::string sizes;  // "all": every size of the op's benchmark sweep
+  std::string dtype = "bf16";
+  std::string strategy = "local";
+  size_t budget = 0;
+  double max_seconds = 0;
+  uint64_t seed = 0;
+  size_t lookahead = 16;
+  unsigned jobs = 0;
+  std::string arch;
+  std::string db;
+  bool replay = false;
+  std::string replay_device;
+  bool fresh = false;
+  bool no_final_check = false;
+  size_t top = 10;
+  std::string json_path;
+  std::string table_path;
+};
+
+CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device);
+int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
+             const std::vector<std::string>& argv);
+
+}  // namespace kforge

@@ -1,0 +1,127 @@
+// `kforge tune`: search a kernel file's space for the fastest correct variant at one problem.
+//
+// Pipeline: the strategy proposes points; each proposed variant is looked up in the results
+// database and, when new, compiled on a pool of CPU threads while earlier variants run on the
+// device, one at a time: resources judged (post_compile_rejection), a smoke run, a correctness
+// gate at the tuned problem, then timing with a cold L2. Results come back to the strategy in
+// proposal order, and every evaluation is committed to the database before the next starts.
+// The winner then passes all five stages of the checker (in the tuned dtype) before it is
+// reported; a winner that fails is recorded and the next best is checked.
+//
+// Replay runs the same loop with the database as the only evaluator: no compiler, no device.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "check/checker.h"
+#include "ops/op_spec.h"
+#include "run/protocol.h"
+#include "tune/results_db.h"
+#include "tune/space.h"
+
+namespace kforge {
+
+struct TuneProblem {
+  const OpSpec* op = nullptr;
+  Sizes sizes;
+  DType dtype = DType::bf16;
+  // "rmsnorm 8192x8192 bf16": the key evaluations are stored under.
+  std::string key() const;
+};
+
+// Sampling for tuning: enough to rank variants (0.5% standard error of the median), not the
+// 0.2% of `kforge bench`; a winner is re-timed by `kforge bench` for records.
+BenchSettings tuning_bench_settings();
+
+struct TuneOptions {
+  std::string strategy = "local";
+  uint64_t seed = 0;           // 0: derived from the problem and strategy (a re-run resumes)
+  size_t max_evaluations = 0;  // 0: no limit
+  double max_seconds = 0;      // wall-clock budget; 0: no limit
+  size_t lookahead = 16;       // proposals in flight; part of a tune's identity for replay
+  unsigned compile_jobs = 0;   // 0: one per CPU core
+  std::string arch;            // empty: the device's default
+  BenchSettings bench = tuning_bench_settings();
+  bool final_check = true;   // five stages on the winner
+  bool use_database = true;  // false: evaluate again even when recorded (results replaced)
+};
+
+struct TuneEvaluation {
+  size_t point = 0;
+  EvaluationRecord record;
+  bool from_database = false;
+};
+
+struct TuneReport {
+  TuneProblem problem;
+  std::string device;
+  std::string strategy;
+  uint64_t seed = 0;
+  bool replay = false;
+  double raw_size = 0;
+  size_t feasible = 0;
+  double solve_seconds = 0;
+  std::map<std::string, double> pruned_before_compile;  // raw combinations, by reason
+  std::map<std::string, int> rejected_after_compile;    // variants, by reason
+  std::map<std::string, int> failed;                    // variants, by "VERDICT at stage"
+  std::vector<TuneEvaluation> evaluations;              // in proposal order
+  std::optional<size_t> best;                           // index into evaluations
+  std::optional<size_t> baseline;                       // the file's defaults, if evaluated
+  std::string stop_reason;
+  // Compilation: variants compiled here (not from the cache or the database), the wall time
+  // from the first compile's start to the last one's end, and variants per second over it.
+  size_t compiled = 0;
+  double compile_wall_seconds = 0;
+  double compile_seconds_sum = 0;
+  double device_wait_seconds = 0;  // time the device sat waiting for a compile
+  double wall_seconds = 0;
+  std::string final_check;  // "PASS", "FAIL: ..." or "" when not run
+  size_t missing_in_replay = 0;
+
+  double compile_throughput() const;
+  nlohmann::json to_json(size_t top) const;
+};
+
+struct TuneProgress {
+  size_t evaluated = 0;
+  size_t valid = 0;
+  size_t budget = 0;  // 0: no evaluation budget
+  std::optional<double> best_ms;
+  const TuneEvaluation* last = nullptr;
+};
+using TuneProgressFn = std::function<void(const TuneProgress&)>;
+
+// The device limits, element size and problem sizes that a kernel file's expressions may name.
+Bindings tune_context(const DeviceInfo& device, const TuneProblem& problem);
+
+class Tuner {
+ public:
+  // `checker`, `worker` and `compiler` are used for live tunes; a replay needs only `db`.
+  Tuner(ResultsDb& db, const Compiler* compiler, Checker* checker, WorkerClient* worker)
+      : db_(db), compiler_(compiler), checker_(checker), worker_(worker) {}
+
+  TuneReport tune(const std::vector<const KernelFile*>& files, const TuneProblem& problem,
+                  const TuneOptions& options, const TuneProgressFn& progress = {},
+                  const std::function<void(const std::string&)>& say = {});
+
+  // Replays `options.strategy` over the evaluations recorded for `problem` on `device` (a
+  // device_key()). Points never recorded count as failures and are reported as missing.
+  TuneReport replay(const std::vector<const KernelFile*>& files, const TuneProblem& problem,
+                    const std::string& device, const TuneOptions& options,
+                    const TuneProgressFn& progress = {});
+
+ private:
+  ResultsDb& db_;
+  const Compiler* compiler_;
+  Checker* checker_;
+  WorkerClient* worker_;
+};
+
+}  // namespace kforge
