@@ -1,0 +1,499 @@
+// The tuner without a GPU: the space solver against brute force, pruning reasons, occupancy,
+// the strategies replayed over recorded (synthetic) measurements, the results database, and a
+// live tune on the CPU backend that is killed and resumed.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "compile/variant.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/process.h"
+#include "ops/op_spec.h"
+#include "test_support.h"
+#include "tune/occupancy.h"
+#include "tune/results_db.h"
+#include "tune/strategy.h"
+#include "tune/tuner.h"
+
+namespace kforge {
+namespace {
+
+// The limits of a Hopper GPU, as the CUDA runtime reports them for an H100 SXM.
+DeviceInfo hopper() {
+  DeviceInfo d;
+  d.backend = "cuda";
+  d.name = "Test Hopper";
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.sm_count = 132;
+  d.max_threads_per_block = 1024;
+  d.max_threads_per_sm = 2048;
+  d.max_blocks_per_sm = 32;
+  d.max_shared_per_block = 232448;
+  d.max_shared_per_sm = 233472;
+  d.reserved_shared_per_block = 1024;
+  d.regs_per_sm = 65536;
+  d.regs_per_block = 65536;
+  d.warp_size = 32;
+  return d;
+}
+
+KernelFile kernel(const std::string& header_lines) {
+  return KernelFile::parse(
+      "/* kforge\n * op: rmsnorm\n * backend: cpu\n * dtypes: f16, bf16, f32\n" + header_lines +
+          " */\nint body;\n",
+      "synthetic.cpp");
+}
+
+Bindings context_for(const DeviceInfo& d, Sizes sizes = {{"M", 4096}, {"N", 4096}}) {
+  Bindings b = d.limits();
+  b["elem_bytes"] = 2;
+  for (const auto& [k, v] : sizes)
+    b[k] = v;
+  return b;
+}
+
+double total_pruned(const SearchSpace& s) {
+  double n = 0;
+  for (const auto& [why, count] : s.pruned())
+    n += count;
+  return n;
+}
+
+TEST(SearchSpace, AgreesWithBruteForce) {
+  const KernelFile f = kernel(
+      " * param: A = 1 in {1, 2, 3, 4, 5, 6, 7}\n"
+      " * param: B = 2 in {2, 4, 8, 16, 32}\n"
+      " * param: C = 0 in {0, 1, 2}\n"
+      " * derive: AB = A * B\n"
+      " * require: AB % 4 == 0\n"
+      " * require: C == 0 || B >= 8\n"
+      " * require: AB + C <= N / 256\n");
+  const Bindings ctx = context_for(hopper());
+  const SearchSpace space = SearchSpace::solve({&f}, ctx, hopper());
+
+  std::set<std::vector<long long>> expected;
+  for (long long a : f.params[0].candidates) {
+    for (long long b : f.params[1].candidates) {
+      for (long long c : f.params[2].candidates) {
+        Bindings all = ctx;
+        all["A"] = a;
+        all["B"] = b;
+        all["C"] = c;
+        all["AB"] = a * b;
+        bool ok = true;
+        for (const auto& r : f.requirements)
+          ok = ok && r.expression.evaluate(all) != 0;
+        if (ok) expected.insert({a, b, c});
+      }
+    }
+  }
+  std::set<std::vector<long long>> got;
+  for (size_t i = 0; i < space.size(); ++i) {
+    const ParamValues v = space.values(i);
+    got.insert({v.at("A"), v.at("B"), v.at("C")});
+    EXPECT_EQ(v.at("AB"), v.at("A") * v.at("B"));
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(space.raw_size(), 7 * 5 * 3);
+  EXPECT_EQ(total_pruned(space) + static_cast<double>(space.size()), space.raw_size());
+}
+
+TEST(SearchSpace, MillionCombinationsPrunedEarly) {
+  // 10^6 raw combinations; the first requirement binds after two tunables and removes 90% of
+  // the space at that depth.
+  const KernelFile f = kernel(
+      " * param: P1 = 0 in {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}\n"
+      " * param: P2 = 0 in {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}\n"
+      " * param: P3 = 0 in {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}\n"
+      " * param: P4 = 0 in {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}\n"
+      " * param: P5 = 0 in {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}\n"
+      " * param: P6 = 0 in {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}\n"
+      " * require: P1 == P2\n"
+      " * require: P3 + P4 + P5 + P6 <= 6\n");
+  const SearchSpace space = SearchSpace::solve({&f}, context_for(hopper()), hopper());
+  EXPECT_EQ(space.raw_size(), 1e6);
+  // P1 == P2: 10 pairs; P3..P6 >= 0 summing to at most 6: C(6 + 4, 4) = 210 tuples.
+  EXPECT_EQ(space.size(), 10u * 210u);
+  EXPECT_EQ(space.pruned().at("require 'P1 == P2' (line 11)"), 90.0 * 10000);
+  EXPECT_EQ(total_pruned(space) + static_cast<double>(space.size()), 1e6);
+}
+
+TEST(SearchSpace, LaunchLimitsBeforeCompiling) {
+  const KernelFile f = kernel(
+      " * param: THREADS = 256 in {128, 256, 1024, 2048}\n"
+      " * param: TILE = 1 in {1, 64, 512}\n"
+      " * param: CLUSTER = 1 in {1, 2, 16}\n"
+      " * threads: THREADS\n"
+      " * shared_bytes: TILE * 512\n"
+      " * cluster: CLUSTER\n");
+  const SearchSpace space = SearchSpace::solve({&f}, context_for(hopper()), hopper());
+  // THREADS=2048 (9 combinations), TILE=512 (3 x 3 left of the other threads), CLUSTER=16.
+  EXPECT_EQ(space.pruned().at("threads per block > the device's 1024"), 9);
+  EXPECT_EQ(space.pruned().at("dynamic shared memory > the device's 232448 bytes per block"), 9);
+  EXPECT_EQ(space.pruned().at("cluster size > 8 (the portable limit)"), 6);
+  EXPECT_EQ(space.size(), 3u * 2u * 2u);
+  const LaunchShape shape = space.launch_shape(0);
+  EXPECT_EQ(shape.threads, 128);
+  EXPECT_EQ(shape.dynamic_shared_bytes, 512);
+  EXPECT_EQ(shape.cluster_blocks, 1);
+
+  DeviceInfo ampere = hopper();
+  ampere.cc_major = 8;
+  const SearchSpace old = SearchSpace::solve({&f}, context_for(ampere), ampere);
+  // CLUSTER = 2 and 16, with each of the 6 (THREADS, TILE) pairs that fit.
+  EXPECT_EQ(old.pruned().at("thread-block clusters need compute capability 9.0"), 12);
+}
+
+TEST(SearchSpace, UnknownNameIsAUsageError) {
+  const KernelFile f = kernel(" * param: A = 1 in {1, 2}\n * require: A <= ROWS\n");
+  EXPECT_THROW(SearchSpace::solve({&f}, context_for(hopper()), hopper()), UsageError);
+}
+
+TEST(SearchSpace, NeighborsChangeOneTunable) {
+  const KernelFile f = kernel(
+      " * param: A = 1 in {1, 2, 3}\n * param: B = 1 in {1, 2, 3}\n * require: A + B != 4\n");
+  const SearchSpace space = SearchSpace::solve({&f}, context_for(hopper()), hopper());
+  const size_t origin = *space.default_point(0);  // A=1, B=1
+  std::set<std::pair<long long, long long>> got;
+  for (size_t n : space.neighbors(origin))
+    got.insert({space.values(n).at("A"), space.values(n).at("B")});
+  // (1,3) and (3,1) break the requirement.
+  EXPECT_EQ(got, (std::set<std::pair<long long, long long>>{{1, 2}, {2, 1}}));
+}
+
+ResourceReport resources(int registers, long long shared = 0, long long spill = 0) {
+  ResourceReport r;
+  r.functions.push_back({"kernel", registers, shared, spill, spill, 0});
+  return r;
+}
+
+TEST(Occupancy, MatchesTheCudaCalculator) {
+  // Values as the CUDA occupancy calculator gives them for compute capability 9.0.
+  const DeviceInfo d = hopper();
+  EXPECT_DOUBLE_EQ(theoretical_occupancy(d, 256, 32, 0).fraction, 1.0);
+  EXPECT_DOUBLE_EQ(theoretical_occupancy(d, 256, 64, 0).fraction, 0.5);
+  EXPECT_EQ(theoretical_occupancy(d, 256, 64, 0).limiter, "registers");
+  // 40 registers round up to 1280 per warp: 65536 / (1280 * 8) = 6 blocks of 8 warps.
+  EXPECT_EQ(theoretical_occupancy(d, 256, 40, 0).blocks_per_sm, 6);
+  EXPECT_EQ(theoretical_occupancy(d, 64, 16, 0).blocks_per_sm, 32);
+  EXPECT_EQ(theoretical_occupancy(d, 64, 16, 0).limiter, "blocks");
+  // 100 KB of shared memory (+1 KB reserved) per block: two blocks per SM.
+  EXPECT_EQ(theoretical_occupancy(d, 128, 32, 100 * 1024).blocks_per_sm, 2);
+  EXPECT_EQ(theoretical_occupancy(d, 128, 32, 100 * 1024).limiter, "shared memory");
+}
+
+TEST(Occupancy, RejectionsAfterCompiling) {
+  const DeviceInfo d = hopper();
+  std::optional<Occupancy> occ;
+  EXPECT_EQ(post_compile_rejection(resources(255), {1024, 0, 1}, d, 0, &occ),
+            "registers x threads > the register file (65536 per block)");
+  EXPECT_EQ(post_compile_rejection(resources(64, 0, 32), {256, 0, 1}, d, 0, &occ),
+            "spills registers to local memory");
+  EXPECT_EQ(post_compile_rejection(resources(32, 200000), {256, 40000, 1}, d, 0, &occ),
+            "static + dynamic shared memory > the device's 232448 bytes per block");
+  EXPECT_EQ(post_compile_rejection(resources(128), {256, 0, 1}, d, 50, &occ),
+            "theoretical occupancy < 50%");
+  EXPECT_EQ(post_compile_rejection(resources(64), {256, 0, 1}, d, 50, &occ), std::nullopt);
+  ASSERT_TRUE(occ);
+  EXPECT_DOUBLE_EQ(occ->fraction, 0.5);
+  EXPECT_EQ(post_compile_rejection(ResourceReport{}, {256, 0, 1}, d, 90, &occ), std::nullopt)
+      << "the CPU backend reports no resources and is never rejected for them";
+}
+
+// A template shaped like the memory-bound library kernels, and a measured-looking landscape
+// over it: a best block size, wider vectors better, unrolling helps up to a point, extra
+// rows per block pay off only for small blocks, spills at the corner, +-2% of "noise".
+constexpr const char* kTemplate =
+    " * param: BLOCK = 256 in {32, 64, 128, 256, 512, 1024}\n"
+    " * param: VEC = 2 in {1, 2, 4, 8}\n"
+    " * param: ROWS = 1 in {1, 2, 4, 8}\n"
+    " * param: UNROLL = 1 in {1, 2, 4, 8}\n"
+    " * param: HINT = 0 in {0, 1}\n"
+    " * require: BLOCK / ROWS >= 32\n";
+
+double landscape(const ParamValues& v) {
+  const double block = std::log2(static_cast<double>(v.at("BLOCK")));
+  const double unroll = std::log2(static_cast<double>(v.at("UNROLL")));
+  double t = 100.0 * (1 + 0.15 * std::abs(block - 8.0)) * (1 + 0.4 / v.at("VEC")) *
+             (1 + 0.06 * std::abs(unroll - 2.0));
+  if (v.at("ROWS") > 1) t *= v.at("BLOCK") <= 128 ? 0.93 : 1.04;
+  if (v.at("HINT")) t *= 0.985;
+  const std::string key = fmt::format("{}", v);
+  const double noise = static_cast<double>(std::hash<std::string>{}(key) % 1000) / 1000.0;
+  return t * (0.98 + 0.04 * noise);
+}
+
+struct RecordedSpace {
+  KernelFile file = kernel(kTemplate);
+  const OpSpec* op = find_op("rmsnorm");
+  TuneProblem problem{op, {{"M", 4096}, {"N", 4096}}, DType::bf16};
+  DeviceInfo device = hopper();
+  double optimum = INFINITY;
+  size_t feasible = 0;
+
+  // Records every feasible variant of the template in `db` as if timed on `device`.
+  void record(ResultsDb& db) {
+    db.put_device(device);
+    const SearchSpace space = SearchSpace::solve({&file}, tune_context(device, problem), device);
+    feasible = space.size();
+    for (size_t i = 0; i < space.size(); ++i) {
+      const ParamValues v = space.values(i);
+      const Variant variant = Variant::make(file, v, problem.dtype, device.default_arch());
+      EvaluationRecord r;
+      r.variant_key = variant.key();
+      r.problem = problem.key();
+      r.device = device_key(device);
+      r.file = variant.file_name;
+      r.variant = variant.describe();
+      r.params = v;
+      if (v.at("VEC") == 8 && v.at("UNROLL") == 8) {
+        r.verdict = Verdict::rejected;
+        r.stage = "resources";
+        r.detail = "spills registers to local memory";
+      } else {
+        r.stage = "timed";
+        r.stats.count = 50;
+        r.stats.median = landscape(v) * 1e-3;  // ms
+        r.stats.p10 = r.stats.median * 0.99;
+        r.stats.p90 = r.stats.median * 1.01;
+        optimum = std::min(optimum, r.stats.median);
+      }
+      db.put(r);
+    }
+  }
+};
+
+// One recorded database for the whole suite (writing it costs a commit per row).
+class Replay : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    db_ = std::make_unique<ResultsDb>(test::temp_dir("replay") / "results.sqlite");
+    recorded_.record(*db_);
+  }
+  static void TearDownTestSuite() { db_.reset(); }
+  TuneReport replay(const std::string& strategy, uint64_t seed, size_t budget) {
+    TuneOptions o;
+    o.strategy = strategy;
+    o.seed = seed;
+    o.max_evaluations = budget;
+    Tuner tuner(*db_, nullptr, nullptr, nullptr);
+    return tuner.replay({&recorded_.file}, recorded_.problem, device_key(recorded_.device), o);
+  }
+  static double best_ms(const TuneReport& r) {
+    return r.best ? r.evaluations[*r.best].record.stats.median : INFINITY;
+  }
+
+  static inline RecordedSpace recorded_;
+  static inline std::unique_ptr<ResultsDb> db_;
+};
+
+TEST_F(Replay, ExhaustiveVisitsEveryVariantOnceAndFindsTheOptimum) {
+  const TuneReport r = replay("exhaustive", 1, 0);
+  EXPECT_EQ(r.evaluations.size(), recorded_.feasible);
+  std::set<size_t> points;
+  for (const auto& e : r.evaluations)
+    points.insert(e.point);
+  EXPECT_EQ(points.size(), recorded_.feasible);
+  EXPECT_EQ(best_ms(r), recorded_.optimum);
+  EXPECT_EQ(r.missing_in_replay, 0u);
+  // VEC = 8 and UNROLL = 8 with each of the 18 (BLOCK, ROWS) pairs and 2 hints.
+  EXPECT_EQ(r.rejected_after_compile.at("spills registers to local memory"), 18 * 2);
+  EXPECT_TRUE(r.baseline.has_value());
+}
+
+TEST_F(Replay, EveryStrategyCoversTheSpaceWithoutRepeats) {
+  for (const auto& s : strategies()) {
+    const TuneReport r = replay(s.name, 7, 0);
+    std::set<size_t> points;
+    for (const auto& e : r.evaluations)
+      points.insert(e.point);
+    EXPECT_EQ(points.size(), r.evaluations.size()) << s.name << " proposed a point twice";
+    EXPECT_EQ(points.size(), recorded_.feasible) << s.name;
+    EXPECT_EQ(best_ms(r), recorded_.optimum) << s.name;
+  }
+}
+
+// With a quarter of the evaluations, the guided strategies must get within 1% of the optimum
+// on every seed (the issue asks for 95%); random sampling, on the same budget, lands around
+// 94-98% on this landscape, so the check tells search from luck.
+TEST_F(Replay, GuidedStrategiesNearTheOptimumWithAQuarterOfTheEvaluations) {
+  const size_t budget = recorded_.feasible / 4;
+  const auto mean_fraction = [&](const std::string& name) {
+    double sum = 0;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      const TuneReport r = replay(name, seed, budget);
+      EXPECT_LE(r.evaluations.size(), budget + 1);  // + the defaults, as the baseline
+      const double fraction = recorded_.optimum / best_ms(r);
+      if (name != "random") EXPECT_GE(fraction, 0.99) << name << " seed " << seed;
+      sum += fraction;
+    }
+    return sum / 8;
+  };
+  const double random = mean_fraction("random");
+  EXPECT_GT(mean_fraction("local"), random);
+  EXPECT_GT(mean_fraction("evolution"), random);
+}
+
+TEST_F(Replay, IsReproducible) {
+  for (const std::string name : {"random", "local", "evolution"}) {
+    const TuneReport a = replay(name, 3, 40);
+    const TuneReport b = replay(name, 3, 40);
+    ASSERT_EQ(a.evaluations.size(), b.evaluations.size());
+    for (size_t i = 0; i < a.evaluations.size(); ++i)
+      EXPECT_EQ(a.evaluations[i].point, b.evaluations[i].point) << name;
+    const TuneReport c = replay(name, 4, 40);
+    bool same = a.evaluations.size() == c.evaluations.size();
+    for (size_t i = 0; same && i < a.evaluations.size(); ++i)
+      same = a.evaluations[i].point == c.evaluations[i].point;
+    EXPECT_FALSE(same) << name << ": another seed took the same path";
+  }
+}
+
+TEST_F(Replay, UnrecordedVariantsAreCountedNotInvented) {
+  // A copy of the template with one more candidate: those variants were never measured.
+  KernelFile wider = kernel(std::string(kTemplate) + " * param: EXTRA = 0 in {0, 1}\n");
+  TuneOptions o;
+  o.strategy = "exhaustive";
+  Tuner tuner(*db_, nullptr, nullptr, nullptr);
+  const TuneReport r = tuner.replay({&wider}, recorded_.problem, device_key(recorded_.device), o);
+  EXPECT_EQ(r.missing_in_replay, r.evaluations.size());
+  EXPECT_FALSE(r.best.has_value());
+}
+
+TEST(ResultsDb, RoundTripAndTunes) {
+  const auto path = test::temp_dir("db") / "r.sqlite";
+  EvaluationRecord r;
+  r.variant_key = "k1";
+  r.problem = "rmsnorm 8x8 bf16";
+  r.device = "dev";
+  r.file = "f.cu";
+  r.variant = "f.cu [A=1] bf16 sm_90a";
+  r.params = {{"A", 1}};
+  r.stage = "timed";
+  r.registers = 40;
+  r.occupancy = 0.75;
+  r.stats.count = 20;
+  r.stats.median = 0.0721;
+  r.stats.p90 = 0.0730;
+  r.seed = 42;
+  {
+    ResultsDb db(path);
+    db.put(r);
+    db.put_device(hopper());
+    const auto id = db.begin_tune(r.problem, r.device, {{"strategy", "local"}});
+    db.finish_tune(id, {{"best", "k1"}});
+  }
+  ResultsDb db(path);  // reopened: everything committed
+  const auto got = db.find("k1", r.problem, r.device);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->params, r.params);
+  EXPECT_EQ(got->registers, 40);
+  EXPECT_DOUBLE_EQ(got->occupancy, 0.75);
+  EXPECT_DOUBLE_EQ(got->stats.median, 0.0721);
+  EXPECT_EQ(got->seed, 42u);
+  EXPECT_TRUE(got->timed());
+  EXPECT_FALSE(db.find("k1", r.problem, "another device"));
+  EXPECT_EQ(db.find_device(device_key(hopper()))->max_threads_per_sm, 2048);
+  ASSERT_EQ(db.tunes(r.problem).size(), 1u);
+  EXPECT_EQ(db.tunes(r.problem)[0].summary.at("best"), "k1");
+  EXPECT_FALSE(db.tunes(r.problem)[0].finished_at.empty());
+  r.verdict = Verdict::wrong;
+  r.stage = "final check";
+  db.put(r);  // replaces
+  EXPECT_EQ(db.evaluations(r.problem, r.device).size(), 1u);
+  EXPECT_EQ(db.find("k1", r.problem, r.device)->cost(), INFINITY);
+}
+
+// Counts rows without holding the database open (the tune writes it meanwhile).
+size_t recorded_rows(const std::filesystem::path& db) {
+  return ResultsDb(db).evaluations("matmul 64x96x80 f32", device_key(cpu_device_info())).size();
+}
+
+// A live tune on the CPU backend is killed with SIGKILL once a few evaluations are committed;
+// the same command then resumes: the recorded evaluations come from the database, the rest are
+// measured, and a third run answers entirely from the database.
+TEST(TuneCli, KilledTuneResumesFromTheDatabase) {
+  const auto dir = test::temp_dir("resume");
+  const auto db = dir / "results.sqlite";
+  const std::vector<std::string> command = {
+      test::kforge_binary(),
+      "tune",
+      (test::source_root() / "kernels/matmul/matmul_cpu.cpp").string(),
+      "--shape",
+      "64x96x80",
+      "--dtype",
+      "f32",
+      "--strategy",
+      "exhaustive",
+      "--lookahead",
+      "4",
+      "--no-final-check",
+      "--db",
+      db.string(),
+      "--json",
+      (dir / "report.json").string()};
+  ::setenv("KFORGE_CACHE_DIR", (dir / "cache").c_str(), 1);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const auto& a : command)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    freopen("/dev/null", "w", stderr);
+    freopen("/dev/null", "w", stdout);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  size_t before_kill = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (std::filesystem::exists(db) && (before_kill = recorded_rows(db)) >= 3) break;
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the tune finished before it could be killed";
+  before_kill = recorded_rows(db);
+  ASSERT_GE(before_kill, 3u);
+  ASSERT_LT(before_kill, 25u);
+
+  const CommandResult resumed = run_command(command, std::chrono::minutes(10));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto report = nlohmann::json::parse(std::ifstream(dir / "report.json"));
+  EXPECT_EQ(report.at("evaluated"), 25);  // K_BLOCK x N_BLOCK: 5 x 5
+  EXPECT_EQ(report.at("from_database"), before_kill);
+  EXPECT_EQ(recorded_rows(db), 25u);
+
+  const CommandResult again = run_command(command, std::chrono::minutes(5));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const auto report2 = nlohmann::json::parse(std::ifstream(dir / "report.json"));
+  EXPECT_EQ(report2.at("from_database"), 25);
+  EXPECT_EQ(report2.at("compile").at("compiled"), 0);
+  EXPECT_EQ(report2.at("best").at("variant_key"), report.at("best").at("variant_key"));
+
+  // Replayed without a worker, the same strategy makes the same choice.
+  std::vector<std::string> replay = command;
+  replay.push_back("--replay");
+  const CommandResult replayed = run_command(replay, std::chrono::minutes(2));
+  ASSERT_EQ(replayed.exit_code, 0) << replayed.output;
+  const auto report3 = nlohmann::json::parse(std::ifstream(dir / "report.json"));
+  EXPECT_EQ(report3.at("best").at("variant_key"), report.at("best").at("variant_key"));
+  EXPECT_TRUE(report3.at("replay").get<bool>());
+}
+
+}  // namespace
+}  // namespace kforge
