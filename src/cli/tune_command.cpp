@@ -192,6 +192,26 @@ void print_report(const TuneReport& report, const std::vector<KernelFile>& files
   fmt::print("time       {:.1f} s\n", report.wall_seconds);
 }
 
+// "40" evaluations or "25%" of the feasible space.
+void parse_budget(const std::string& text, TuneOptions& options) {
+  if (text.empty()) return;
+  try {
+    size_t used = 0;
+    const double value = std::stod(text, &used);
+    const std::string rest = text.substr(used);
+    if (rest == "%" && value > 0 && value <= 100) {
+      options.max_fraction = value / 100;
+      return;
+    }
+    if (rest.empty() && value >= 1 && value == std::floor(value)) {
+      options.max_evaluations = static_cast<size_t>(value);
+      return;
+    }
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("--budget '{}': expected a count (40) or a percentage (25%)", text));
+}
+
 std::string slug(std::string text) {
   for (char& c : text) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
@@ -221,7 +241,8 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   tune->add_option("--strategy", flags.strategy, fmt::format("{}", fmt::join(names, ", ")))
       ->check(CLI::IsMember(names))
       ->capture_default_str();
-  tune->add_option("--budget", flags.budget, "At most this many evaluations (0: no limit)");
+  tune->add_option("--budget", flags.budget,
+                   "At most N evaluations, or P% of the feasible space (default: no limit)");
   tune->add_option("--time", flags.max_seconds, "Wall-clock budget in seconds (0: no limit)");
   tune->add_option("--seed", flags.seed, "Strategy seed (default: derived from the problem)");
   tune->add_option("--lookahead", flags.lookahead, "Proposals in flight (compiling ahead)")
@@ -279,7 +300,7 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
   TuneOptions options;
   options.strategy = flags.strategy;
   options.seed = flags.seed;
-  options.max_evaluations = flags.budget;
+  parse_budget(flags.budget, options);
   options.max_seconds = flags.max_seconds;
   options.lookahead = flags.lookahead;
   options.compile_jobs = flags.jobs;

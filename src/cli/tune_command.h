@@ -16,7 +16,7 @@ struct TuneFlags {
   std::string sizes;  // "all": every size of the op's benchmark sweep
   std::string dtype = "bf16";
   std::string strategy = "local";
-  size_t budget = 0;
+  std::string budget;  // "N" evaluations or "P%" of the feasible space
   double max_seconds = 0;
   uint64_t seed = 0;
   size_t lookahead = 16;

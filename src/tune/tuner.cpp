@@ -267,9 +267,14 @@ void tally(TuneReport& report, const TuneEvaluation& e) {
 
 // The loop both tune() and replay() run: keep `lookahead` proposals in flight, observe results
 // in proposal order, stop at the budget or when the strategy has nothing left.
-void search(const SearchSpace& space, Strategy& strategy, Evaluator& evaluator,
-            const TuneOptions& options, TuneReport& report, const TuneProgressFn& progress,
-            Clock::time_point start) {
+void search(const SearchSpace& space, Strategy& strategy, Evaluator& evaluator, TuneOptions options,
+            TuneReport& report, const TuneProgressFn& progress, Clock::time_point start) {
+  if (options.max_fraction > 0) {
+    const auto share =
+        static_cast<size_t>(std::ceil(options.max_fraction * static_cast<double>(space.size())));
+    options.max_evaluations =
+        options.max_evaluations ? std::min(options.max_evaluations, share) : share;
+  }
   std::deque<size_t> in_flight;
   size_t proposed = 0;
   TuneProgress state;
@@ -397,6 +402,7 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
                                          {{"strategy", options.strategy},
                                           {"seed", report.seed},
                                           {"max_evaluations", options.max_evaluations},
+                                          {"max_fraction", options.max_fraction},
                                           {"max_seconds", options.max_seconds},
                                           {"lookahead", options.lookahead},
                                           {"files", file_names},

@@ -44,6 +44,7 @@ struct TuneOptions {
   std::string strategy = "local";
   uint64_t seed = 0;           // 0: derived from the problem and strategy (a re-run resumes)
   size_t max_evaluations = 0;  // 0: no limit
+  double max_fraction = 0;     // > 0: at most this share of the feasible space (rounded up)
   double max_seconds = 0;      // wall-clock budget; 0: no limit
   size_t lookahead = 16;       // proposals in flight; part of a tune's identity for replay
   unsigned compile_jobs = 0;   // 0: one per CPU core
