@@ -7,6 +7,7 @@
 #include "checker_fixture.h"
 #include "device/backend.h"
 #include "device/ceilings.h"
+#include "tune/tuner.h"
 
 namespace kforge {
 namespace {
@@ -132,6 +133,36 @@ TEST_F(GpuTest, BenchReportsTimeAndFractionOfCopyCeiling) {
   EXPECT_GT(r.stats.median, 0);
   EXPECT_GT(r.pct_of_copy, 1);
   EXPECT_LT(r.pct_of_copy, 150);  // above the copy ceiling would mean the byte count is wrong
+}
+
+// A short tune of the softmax template on the GPU: resources are judged after compiling (the
+// report carries registers and occupancy), candidates are timed, and the winner passes all five
+// stages; a second tune answers from the database without compiling or timing.
+TEST_F(GpuTest, TuneFindsACheckedWinnerAndResumesFromTheDatabase) {
+  auto& worker = worker_for("cuda");
+  Checker checker(*compiler_, worker);
+  ResultsDb db(test::temp_dir("tune") / "results.sqlite");
+  const KernelFile file = KernelFile::load(test::kernels_dir() + "/softmax/softmax_rowblock.cu");
+  const TuneProblem problem{find_op("softmax"), {{"rows", 2048}, {"cols", 4096}}, DType::bf16};
+  TuneOptions options;
+  options.strategy = "local";
+  options.max_evaluations = 12;
+  Tuner tuner(db, compiler_.get(), &checker, &worker);
+  const TuneReport first = tuner.tune({&file}, problem, options);
+  ASSERT_TRUE(first.best.has_value()) << "no variant passed";
+  const auto& best = first.evaluations[*first.best].record;
+  EXPECT_TRUE(first.final_check.starts_with("PASS")) << first.final_check;
+  EXPECT_GT(best.registers, 0);
+  EXPECT_GT(best.occupancy, 0);
+  EXPECT_GT(first.feasible, 12u);
+  EXPECT_GE(first.evaluations.size(), 12u);
+
+  const TuneReport again = tuner.tune({&file}, problem, options);
+  for (const auto& e : again.evaluations)
+    EXPECT_TRUE(e.from_database) << e.record.variant;
+  EXPECT_EQ(again.compiled, 0u);
+  EXPECT_EQ(again.evaluations[*again.best].record.variant_key, best.variant_key);
+  EXPECT_EQ(again.final_check, "PASS (recorded)");
 }
 
 }  // namespace
