@@ -43,10 +43,11 @@ def main():
           f"{'MET' if share >= 0.95 and evals <= 0.25 else 'NOT MET'}.\n")
     for name, r in (("guided", guided), ("exhaustive", exhaustive)):
         c = r["compile"]
-        print(f"- {name}: compiled {c['compiled']} variants in {c['wall_seconds']:.1f} s wall = "
-              f"{c['variants_per_second']:.2f} variants/s ({c['compile_seconds_sum']:.0f} s of "
-              f"compiler time); device waited {r['device_wait_seconds']:.1f} s for compiles; "
-              f"tune took {r['wall_seconds']:.0f} s; final check {r['final_check']}")
+        print(f"- {name}: compiled {c['compiled']} variants, {c['seconds_per_variant']:.2f} s each "
+              f"on {c['jobs']} threads: capacity {c['capacity_variants_per_second']:.1f} "
+              f"variants/s, achieved {c['variants_per_second']:.2f}/s over {c['busy_seconds']:.0f} s "
+              f"busy; the device waited {r['device_wait_seconds']:.1f} s for compiles; tune took "
+              f"{r['wall_seconds']:.0f} s; final check {r['final_check']}")
     print("\nPruned before compiling (raw combinations):\n")
     for why, n in sorted(space["pruned_before_compile"].items(), key=lambda kv: -kv[1]):
         print(f"- {n:.0f}: {why}")

@@ -172,10 +172,12 @@ void print_report(const TuneReport& report, const std::vector<KernelFile>& files
       report.stop_reason);
   if (!report.replay) {
     fmt::print(
-        "compile    {} variants in {:.1f} s wall = {:.2f} variants/s ({:.1f} s of compiler "
-        "time); device waited {:.1f} s for compiles\n",
-        report.compiled, report.compile_wall_seconds, report.compile_throughput(),
-        report.compile_seconds_sum, report.device_wait_seconds);
+        "compile    {} variants, {:.2f} s each on {} threads: capacity {:.1f} variants/s; "
+        "achieved {:.2f}/s over {:.1f} s busy; the device waited {:.1f} s for compiles\n",
+        report.compiled,
+        report.compiled ? report.compile_seconds_sum / static_cast<double>(report.compiled) : 0,
+        report.compile_jobs, report.compile_capacity(), report.compile_throughput(),
+        report.compile_wall_seconds, report.device_wait_seconds);
   }
   if (report.best) {
     const auto& b = report.evaluations[*report.best].record;

@@ -122,16 +122,23 @@ class LiveEvaluator final : public Evaluator {
     std::future<CompileResult> build;
   };
 
+  // Compile throughput is measured over the time at least one compile was running (the union
+  // of their intervals), so idle gaps while the device catches up do not count.
   void note_compile(Clock::time_point start, const CompileResult& r) {
     std::lock_guard lock(compile_mutex_);
     if (r.from_cache) return;
-    const auto end = Clock::now();
-    if (!first_compile_start_ || start < *first_compile_start_) first_compile_start_ = start;
-    if (!last_compile_end_ || end > *last_compile_end_) last_compile_end_ = end;
+    compile_intervals_.emplace_back(start, Clock::now());
     ++report_.compiled;
     report_.compile_seconds_sum += r.seconds;
-    report_.compile_wall_seconds =
-        std::chrono::duration<double>(*last_compile_end_ - *first_compile_start_).count();
+    std::sort(compile_intervals_.begin(), compile_intervals_.end());
+    double busy = 0;
+    auto covered_to = compile_intervals_.front().first;
+    for (const auto& [from, to] : compile_intervals_) {
+      const auto begin = std::max(from, covered_to);
+      if (to > begin) busy += std::chrono::duration<double>(to - begin).count();
+      covered_to = std::max(covered_to, to);
+    }
+    report_.compile_wall_seconds = busy;
   }
 
   // The tuned problem's inputs and reference, made once for every candidate.
@@ -208,8 +215,7 @@ class LiveEvaluator final : public Evaluator {
   std::vector<std::vector<double>> expected_;
   size_t evaluated_on_device_ = 0;
   std::mutex compile_mutex_;
-  std::optional<Clock::time_point> first_compile_start_;
-  std::optional<Clock::time_point> last_compile_end_;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> compile_intervals_;
 };
 
 class ReplayEvaluator final : public Evaluator {
@@ -270,8 +276,9 @@ void tally(TuneReport& report, const TuneEvaluation& e) {
 void search(const SearchSpace& space, Strategy& strategy, Evaluator& evaluator, TuneOptions options,
             TuneReport& report, const TuneProgressFn& progress, Clock::time_point start) {
   if (options.max_fraction > 0) {
-    const auto share =
-        static_cast<size_t>(std::ceil(options.max_fraction * static_cast<double>(space.size())));
+    // Rounded down: "25%" never means more than a quarter.
+    const auto share = std::max<size_t>(
+        1, static_cast<size_t>(options.max_fraction * static_cast<double>(space.size())));
     options.max_evaluations =
         options.max_evaluations ? std::min(options.max_evaluations, share) : share;
   }
@@ -359,6 +366,12 @@ double TuneReport::compile_throughput() const {
   return compile_wall_seconds > 0 ? static_cast<double>(compiled) / compile_wall_seconds : 0;
 }
 
+double TuneReport::compile_capacity() const {
+  return compile_seconds_sum > 0 ? static_cast<double>(compile_jobs) *
+                                       static_cast<double>(compiled) / compile_seconds_sum
+                                 : 0;
+}
+
 TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TuneProblem& problem,
                        const TuneOptions& options, const TuneProgressFn& progress,
                        const std::function<void(const std::string&)>& say) {
@@ -408,6 +421,8 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
                                           {"files", file_names},
                                           {"git_sha", git_state().sha}});
 
+  report.compile_jobs = options.compile_jobs ? options.compile_jobs
+                                             : std::max(1u, std::thread::hardware_concurrency());
   LiveEvaluator evaluator(space, problem, options, arch, db_, *compiler_, *checker_, *worker_,
                           report);
   search(space, *strategy, evaluator, options, report, progress, start);
@@ -558,8 +573,11 @@ nlohmann::json TuneReport::to_json(size_t top) const {
       {"stop_reason", stop_reason},
       {"compile",
        {{"compiled", compiled},
-        {"wall_seconds", compile_wall_seconds},
+        {"jobs", compile_jobs},
+        {"busy_seconds", compile_wall_seconds},
         {"variants_per_second", compile_throughput()},
+        {"seconds_per_variant", compiled ? compile_seconds_sum / static_cast<double>(compiled) : 0},
+        {"capacity_variants_per_second", compile_capacity()},
         {"compile_seconds_sum", compile_seconds_sum}}},
       {"device_wait_seconds", device_wait_seconds},
       {"wall_seconds", wall_seconds},

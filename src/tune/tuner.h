@@ -77,8 +77,9 @@ struct TuneReport {
   std::optional<size_t> baseline;                       // the file's defaults, if evaluated
   std::string stop_reason;
   // Compilation: variants compiled here (not from the cache or the database), the wall time
-  // from the first compile's start to the last one's end, and variants per second over it.
+  // during which at least one compile ran, and the compilers' own time summed.
   size_t compiled = 0;
+  unsigned compile_jobs = 0;
   double compile_wall_seconds = 0;
   double compile_seconds_sum = 0;
   double device_wait_seconds = 0;  // time the device sat waiting for a compile
@@ -86,7 +87,10 @@ struct TuneReport {
   std::string final_check;  // "PASS", "FAIL: ..." or "" when not run
   size_t missing_in_replay = 0;
 
+  // Variants per second while compiling (achieved: limited by how far ahead the device lets
+  // compiles run), and what the pool could sustain: jobs / mean seconds per compile.
   double compile_throughput() const;
+  double compile_capacity() const;
   nlohmann::json to_json(size_t top) const;
 };
 
