@@ -3,33 +3,64 @@
  * backend: cuda
  * dtypes: f16, bf16, f32
  * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
- * param: VEC = 4 in {1, 2, 4, 8}
+ * param: VEC = 4 in {2, 4, 8}
  * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8}
+ * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
+ * param: UNROLL = 1 in {1, 2, 4}
+ * param: CACHE_HINTS = 0 in {0, 1}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
  * require: BLOCK_THREADS <= max_threads_per_block
+ * require: ROW_PACKS == 0 || UNROLL == 1
+ * # With known cols, keep only the smallest ROW_PACKS whose registers hold the row.
+ * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= cols
+ * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < cols
+ * threads: BLOCK_THREADS
  */
-// Softmax over the last dim with one group of whole warps per row, in two passes.
+// Softmax over the last dim with one group of whole warps per row: y = exp(x - max) / sum.
 //
-// Idea: pass 1 reads the row once and keeps, per thread, a running maximum m and the sum
-// s = sum(exp(x - m)) ("online" softmax: when m grows, s is rescaled by exp(m_old - m_new)).
-// The (m, s) pairs are merged across the warp with shuffles, then across the group's warps
-// through shared memory and a second shuffle. Pass 2 re-reads the row (mostly from L2) and
-// writes y = exp(x - m) / s. Everything is accumulated in fp32.
+// Idea: a block of BLOCK_THREADS threads is split into ROWS_PER_BLOCK groups, and each group
+// owns one row. Everything is accumulated in fp32. The kernel is bound by memory traffic, so
+// the tunables are about how x is read:
+//
+//   two-pass (ROW_PACKS = 0): pass 1 reads the row once and keeps, per thread, a running
+//     maximum m and the sum s = sum(exp(x - m)) ("online" softmax: when m grows, s is rescaled
+//     by exp(m_old - m_new)). The (m, s) pairs are merged across the warp with shuffles, then
+//     across the group's warps through shared memory and a second shuffle. Pass 2 re-reads the
+//     row (mostly from L2) and writes y = exp(x - m) / s.
+//   single-read (ROW_PACKS = k > 0): each thread keeps its share of the row in registers, up to
+//     k packs of VEC elements, so x leaves memory once. From registers: the row max (one group
+//     reduction), then the sum of exp(x - max) (a second one), then y. No rescaling is needed
+//     since the max is known before any exp. The row must fit (cols <= k * VEC * group
+//     threads) and the bases must be vector-aligned; when they are not, the host launches the
+//     two-pass kernel instead, so every variant is correct at every size.
 //
 // Rows need not be aligned (cols = 50257 is common): each row is split into a scalar head
 // up to the first VEC-aligned element, a body of VEC-element vector accesses and a scalar
 // tail. That needs x and y to be equally misaligned, which holds whenever both bases are
-// VEC-aligned; when they are not, the whole row is read with scalar accesses.
+// VEC-aligned; when they are not, the whole row is read with scalar accesses (two-pass).
+//
+// The result is deterministic: each thread combines its elements in a fixed order and the
+// reductions combine fixed partners; no atomics.
 //
 // Tunables:
 //   BLOCK_THREADS   threads per block.
 //   VEC             elements per vector load/store (VEC * elem_bytes <= 16).
 //   ROWS_PER_BLOCK  rows per block; more than one keeps short rows (cols ~ 128) from
 //                   leaving most of a large block idle.
+//   ROW_PACKS       0: two-pass. k > 0: single-read, each thread holding up to k packs of x in
+//                   registers. Larger k fits longer rows but costs registers (and occupancy);
+//                   with known cols only the smallest k that fits is kept.
+//   UNROLL          two-pass only: packs each thread loads before using any of them, i.e. loads
+//                   in flight per thread. More hides more latency at the cost of registers.
+//   CACHE_HINTS     1: streaming cache hints. y is stored evict-first (__stcs), since nothing
+//                   reads it back here; the last read of x (pass 2, or the only read in
+//                   single-read mode) is marked as last use (__ldcs). Pass 1 reads normally so
+//                   the row stays in L2 for pass 2. Keeps L2 for data that is reused.
 #include <cfloat>
 #include <cstdint>
+#include <cstring>
 
 #include "kforge/elem_cuda.cuh"
 
@@ -39,20 +70,95 @@ constexpr int kWarpSize = 32;
 constexpr int kWarps = BLOCK_THREADS / kWarpSize;
 constexpr int kGroupThreads = BLOCK_THREADS / ROWS_PER_BLOCK;  // threads that share one row
 constexpr int kWarpsPerGroup = kGroupThreads / kWarpSize;
-// 64 registers x 1024 threads fill an SM's register file, so any BLOCK_THREADS can launch.
-// (__launch_bounds__ would also guarantee that, but then ptxas squeezes some variants into 32
-// registers and spills.)
-constexpr int kMaxRegisters = 64;
+constexpr bool kStreamingHints = CACHE_HINTS != 0;
 
 static_assert(kGroupThreads % kWarpSize == 0, "each row must be owned by whole warps");
 static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 bytes");
 static_assert(VEC <= kGroupThreads, "a row's scalar head and tail take one pass of its group");
+static_assert(ROW_PACKS >= 0 && UNROLL >= 1, "ROW_PACKS counts packs, UNROLL counts loads");
 
 // kVec consecutive elements, aligned so that one instruction loads or stores all of them.
 template <int kVec>
 struct alignas(kVec * sizeof(kf_elem)) ElemPack {
   kf_elem v[kVec];
 };
+
+// The built-in type of a given size that the load and store intrinsics (__ldg, __ldcs, __stcs)
+// accept.
+template <int kBytes>
+struct AccessBits;
+template <>
+struct AccessBits<2> {
+  using Type = unsigned short;
+};
+template <>
+struct AccessBits<4> {
+  using Type = unsigned int;
+};
+template <>
+struct AccessBits<8> {
+  using Type = uint2;
+};
+template <>
+struct AccessBits<16> {
+  using Type = uint4;
+};
+
+// Loads *p, which nothing writes during the kernel, through the read-only data path (__ldg,
+// what the compiler picks for x without cache hints; spelled out so that the __stcs stores,
+// which are inline assembly to the compiler, do not turn it into a plain load). kLastUse marks
+// the load as the last read of its data (__ldcs, evict-first) instead.
+template <bool kLastUse, typename T>
+__device__ __forceinline__ T load(const T* p) {
+  using Bits = typename AccessBits<sizeof(T)>::Type;
+  const Bits* bits_ptr = reinterpret_cast<const Bits*>(p);
+  const Bits bits = kLastUse ? __ldcs(bits_ptr) : __ldg(bits_ptr);
+  T value;
+  memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+
+// Stores *p = value; kStreaming stores evict-first (__stcs): the value is not read again here.
+template <bool kStreaming, typename T>
+__device__ __forceinline__ void store(T* p, const T& value) {
+  if constexpr (kStreaming) {
+    using Bits = typename AccessBits<sizeof(T)>::Type;
+    Bits bits;
+    memcpy(&bits, &value, sizeof(T));
+    __stcs(reinterpret_cast<Bits*>(p), bits);
+  } else {
+    *p = value;
+  }
+}
+
+// Calls use(p, packs[p]) for this thread's packs p = first, first + kGroupThreads, ... < count,
+// in that order. The loads go out kBatch at a time before any of them is used, so kBatch loads
+// per thread are in flight while `use` carries its dependency (a running max and sum) from pack to
+// pack. Both loops stay rolled (unroll 1) so that kBatch, not the compiler's own unrolling, decides
+// the loads in flight and the registers they take. The remainder, fewer than kBatch packs,
+// goes one at a time.
+template <int kBatch, bool kLastUse, typename Pack, typename Use>
+__device__ __forceinline__ void for_each_pack(const Pack* packs, int count, int first, Use use) {
+  int p = first;
+#pragma unroll 1
+  for (; p + (kBatch - 1) * kGroupThreads < count; p += kBatch * kGroupThreads) {
+    Pack batch[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      batch[b] = load<kLastUse>(packs + p + b * kGroupThreads);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      use(p + b * kGroupThreads, batch[b]);
+    }
+  }
+#pragma unroll 1
+  for (; p < count; p += kGroupThreads) {
+    use(p, load<kLastUse>(packs + p));
+  }
+}
+
+// ---- Two-pass: online (max, sum) ----
 
 // Running max and sum of exp(x - max) over the elements seen so far. The empty state uses
 // -FLT_MAX rather than -inf so that exp(max_a - max_b) never sees (-inf) - (-inf) = NaN.
@@ -69,12 +175,17 @@ __device__ __forceinline__ void add_element(MaxSum& acc, float v) {
   acc.sum += expf(v - acc.max);
 }
 
-template <int kCount>
-__device__ __forceinline__ void add_elements(MaxSum& acc, const float (&v)[kCount]) {
+template <int kVec>
+__device__ __forceinline__ void add_pack(MaxSum& acc, const ElemPack<kVec>& pack) {
+  float v[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    v[k] = kf_to_float(pack.v[k]);
+  }
   // One rescale per pack instead of one per element.
   float pack_max = v[0];
 #pragma unroll
-  for (int k = 1; k < kCount; ++k) {
+  for (int k = 1; k < kVec; ++k) {
     pack_max = fmaxf(pack_max, v[k]);
   }
   if (pack_max > acc.max) {
@@ -82,7 +193,7 @@ __device__ __forceinline__ void add_elements(MaxSum& acc, const float (&v)[kCoun
     acc.max = pack_max;
   }
 #pragma unroll
-  for (int k = 0; k < kCount; ++k) {
+  for (int k = 0; k < kVec; ++k) {
     acc.sum += expf(v[k] - acc.max);
   }
 }
@@ -122,9 +233,72 @@ __device__ __forceinline__ MaxSum group_merge(MaxSum acc, int group) {
   return warp_merge(part);
 }
 
-// Packs of kVec elements; kVec == 1 is the scalar path, for bases that are not vector-aligned.
+// ---- Single-read: max, then sum ----
+
+// Max over the group, every thread of the group gets it. fmaxf is exact and commutative, so
+// all lanes agree. Contains a __syncthreads(), so every thread of the block must call it. Its
+// shared array is its own, so it needs no barrier against group_sum's.
+__device__ __forceinline__ float group_max(float value, int group) {
+  __shared__ float warp_max[kWarps];
+  const int lane = threadIdx.x % kWarpSize;
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  if (lane == 0) warp_max[threadIdx.x / kWarpSize] = value;
+  __syncthreads();
+  value = lane < kWarpsPerGroup ? warp_max[group * kWarpsPerGroup + lane] : -FLT_MAX;
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+// Sum over the group, as group_max. The butterfly adds the same pairs in every lane
+// (a + b == b + a), so all lanes end with bit-identical sums.
+__device__ __forceinline__ float group_sum(float value, int group) {
+  __shared__ float warp_sum[kWarps];
+  const int lane = threadIdx.x % kWarpSize;
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  if (lane == 0) warp_sum[threadIdx.x / kWarpSize] = value;
+  __syncthreads();
+  value = lane < kWarpsPerGroup ? warp_sum[group * kWarpsPerGroup + lane] : 0.0f;
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+// ---- Output ----
+
 template <int kVec>
-__global__ void __maxnreg__(kMaxRegisters)
+__device__ __forceinline__ ElemPack<kVec> softmax_pack(const ElemPack<kVec>& xp, float row_max,
+                                                       float inv_sum) {
+  ElemPack<kVec> yp;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    yp.v[k] = kf_from_float<kf_elem>(expf(kf_to_float(xp.v[k]) - row_max) * inv_sum);
+  }
+  return yp;
+}
+
+__device__ __forceinline__ kf_elem softmax_element(float x, float row_max, float inv_sum) {
+  return kf_from_float<kf_elem>(expf(x - row_max) * inv_sum);
+}
+
+// Launch bounds: registers stay within what one block of BLOCK_THREADS may hold (65536 /
+// BLOCK_THREADS, at most 255), so every variant can launch. The explicit minimum of one block
+// per SM matters: given the thread count alone, ptxas picks a lower register target of its own
+// to raise occupancy and spills a few bytes in variants that would fit (at 1024 threads, say,
+// 32 registers and a spill where 64 are allowed), and the tuner drops spilling variants. With
+// it, only variants that really need more registers than the block allows spill.
+//
+// kVec: elements per pack; 1 is the scalar path, for bases that are not vector-aligned.
+// kRowPacks: 0 for two-pass; k > 0 for single-read, launched only when every row fits, i.e.
+// its vector body has at most k * kGroupThreads packs.
+template <int kVec, int kRowPacks>
+__global__ void __launch_bounds__(BLOCK_THREADS, 1)
     softmax_rowblock(const kf_elem* __restrict__ x,  // x: [rows, cols]
                      kf_elem* __restrict__ y,        // y: [rows, cols]
                      int64_t rows, int cols) {
@@ -135,64 +309,128 @@ __global__ void __maxnreg__(kMaxRegisters)
   const int thread_in_group = threadIdx.x % kGroupThreads;
   const int64_t row = int64_t(blockIdx.x) * ROWS_PER_BLOCK + group;
   // The last block can hold fewer than ROWS_PER_BLOCK rows; its idle groups still take part
-  // in the barrier in group_merge, so they cannot return early.
+  // in the barriers of the group reductions, so they cannot return early.
   const bool has_row = row < rows;
 
   const kf_elem* x_row = x + row * cols;  // x_row: [cols]
   kf_elem* y_row = y + row * cols;        // y_row: [cols]
 
   // Row layout: [0, head) scalar, [head, tail_start) as `packs` vectors, [tail_start, cols)
-  // scalar. head and the tail are shorter than kVec, so each thread handles at most one
-  // element of each.
+  // scalar. head and the tail are shorter than kVec <= kGroupThreads, so each thread handles
+  // at most one element of each: its head element is thread_in_group, its tail element
+  // tail_index.
   const int misalignment = int(reinterpret_cast<uintptr_t>(x_row) % kPackBytes);
   const int head = min(cols, (kPackBytes - misalignment) % kPackBytes / int(sizeof(kf_elem)));
   const int packs = (cols - head) / kVec;
   const int tail_start = head + packs * kVec;
-  const int tail_index = tail_start + thread_in_group;  // this thread's tail element, if < cols
+  const int tail_index = tail_start + thread_in_group;
+  const bool has_head = has_row && thread_in_group < head;
+  const bool has_tail = has_row && tail_index < cols;
   const Pack* x_packs = reinterpret_cast<const Pack*>(x_row + head);  // [packs]
   Pack* y_packs = reinterpret_cast<Pack*>(y_row + head);              // [packs]
 
-  // Pass 1: max and sum of exp over the row.
-  MaxSum acc;
-  if (has_row) {
-    for (int p = thread_in_group; p < packs; p += kGroupThreads) {
-      const Pack pack = x_packs[p];
-      float v[kVec];
+  if constexpr (kRowPacks > 0) {
+    // Single read. This thread's packs are p = thread_in_group + i * kGroupThreads for
+    // i < kRowPacks (the host guarantees packs <= kRowPacks * kGroupThreads). The loops over i
+    // unroll fully, so xs[] lives in registers and all loads are in flight at once. exp is
+    // computed twice per element (for the sum, then for y) rather than kept as fp32, which
+    // would double the registers held for 16-bit dtypes.
+    Pack xs[kRowPacks];  // xs[i]: pack thread_in_group + i * kGroupThreads of the row
+    float x_head = 0.0f;
+    float x_tail = 0.0f;
+    if (has_row) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        v[k] = kf_to_float(pack.v[k]);
+      for (int i = 0; i < kRowPacks; ++i) {
+        const int p = thread_in_group + i * kGroupThreads;
+        if (p < packs) xs[i] = load<kStreamingHints>(x_packs + p);
       }
-      add_elements(acc, v);
     }
-    if (thread_in_group < head) add_element(acc, kf_to_float(x_row[thread_in_group]));
-    if (tail_index < cols) add_element(acc, kf_to_float(x_row[tail_index]));
-  }
+    if (has_head) x_head = kf_to_float(load<kStreamingHints>(x_row + thread_in_group));
+    if (has_tail) x_tail = kf_to_float(load<kStreamingHints>(x_row + tail_index));
 
-  const MaxSum row_acc = group_merge(acc, group);
-  if (!has_row) return;
-
-  // The row's maximum contributes exp(0) = 1, so the sum is at least 1.
-  const float row_max = row_acc.max;
-  const float inv_sum = 1.0f / row_acc.sum;
-
-  // Pass 2: y = exp(x - max) / sum.
-  for (int p = thread_in_group; p < packs; p += kGroupThreads) {
-    const Pack xp = x_packs[p];
-    Pack yp;
+    float local_max = -FLT_MAX;
+    if (has_row) {
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      yp.v[k] = kf_from_float<kf_elem>(expf(kf_to_float(xp.v[k]) - row_max) * inv_sum);
+      for (int i = 0; i < kRowPacks; ++i) {
+        if (thread_in_group + i * kGroupThreads < packs) {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            local_max = fmaxf(local_max, kf_to_float(xs[i].v[k]));
+          }
+        }
+      }
     }
-    y_packs[p] = yp;
+    if (has_head) local_max = fmaxf(local_max, x_head);
+    if (has_tail) local_max = fmaxf(local_max, x_tail);
+    const float row_max = group_max(local_max, group);
+
+    float local_sum = 0.0f;
+    if (has_row) {
+#pragma unroll
+      for (int i = 0; i < kRowPacks; ++i) {
+        if (thread_in_group + i * kGroupThreads < packs) {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            local_sum += expf(kf_to_float(xs[i].v[k]) - row_max);
+          }
+        }
+      }
+    }
+    if (has_head) local_sum += expf(x_head - row_max);
+    if (has_tail) local_sum += expf(x_tail - row_max);
+    const float row_sum = group_sum(local_sum, group);
+    if (!has_row) return;
+
+    // The row's maximum contributes exp(0) = 1, so the sum is at least 1.
+    const float inv_sum = 1.0f / row_sum;
+#pragma unroll
+    for (int i = 0; i < kRowPacks; ++i) {
+      const int p = thread_in_group + i * kGroupThreads;
+      if (p < packs) store<kStreamingHints>(y_packs + p, softmax_pack(xs[i], row_max, inv_sum));
+    }
+    if (has_head) {
+      store<kStreamingHints>(y_row + thread_in_group, softmax_element(x_head, row_max, inv_sum));
+    }
+    if (has_tail) {
+      store<kStreamingHints>(y_row + tail_index, softmax_element(x_tail, row_max, inv_sum));
+    }
+  } else {
+    // Pass 1: max and sum of exp over the row. No last-use hint: the row stays in L2 for pass 2.
+    MaxSum acc;
+    if (has_row) {
+      for_each_pack<UNROLL, false>(x_packs, packs, thread_in_group,
+                                   [&](int, const Pack& xp) { add_pack(acc, xp); });
+    }
+    if (has_head) add_element(acc, kf_to_float(load<false>(x_row + thread_in_group)));
+    if (has_tail) add_element(acc, kf_to_float(load<false>(x_row + tail_index)));
+    const MaxSum row_acc = group_merge(acc, group);
+    if (!has_row) return;
+
+    // The row's maximum contributes exp(0) = 1, so the sum is at least 1.
+    const float row_max = row_acc.max;
+    const float inv_sum = 1.0f / row_acc.sum;
+
+    // Pass 2: y = exp(x - max) / sum; the last read of x.
+    for_each_pack<UNROLL, kStreamingHints>(
+        x_packs, packs, thread_in_group, [&](int p, const Pack& xp) {
+          store<kStreamingHints>(y_packs + p, softmax_pack(xp, row_max, inv_sum));
+        });
+    if (has_head) {
+      const int j = thread_in_group;
+      const float v = kf_to_float(load<kStreamingHints>(x_row + j));
+      store<kStreamingHints>(y_row + j, softmax_element(v, row_max, inv_sum));
+    }
+    if (has_tail) {
+      const int j = tail_index;
+      const float v = kf_to_float(load<kStreamingHints>(x_row + j));
+      store<kStreamingHints>(y_row + j, softmax_element(v, row_max, inv_sum));
+    }
   }
-  if (thread_in_group < head) {
-    const int j = thread_in_group;
-    y_row[j] = kf_from_float<kf_elem>(expf(kf_to_float(x_row[j]) - row_max) * inv_sum);
-  }
-  if (tail_index < cols) {
-    const int j = tail_index;
-    y_row[j] = kf_from_float<kf_elem>(expf(kf_to_float(x_row[j]) - row_max) * inv_sum);
-  }
+}
+
+template <int kVec, int kRowPacks>
+void launch(dim3 grid, cudaStream_t stream, const kf_elem* x, kf_elem* y, int64_t rows, int cols) {
+  softmax_rowblock<kVec, kRowPacks><<<grid, BLOCK_THREADS, 0, stream>>>(x, y, rows, cols);
 }
 
 bool same_shape(const kf_tensor& a, const kf_tensor& b) {
@@ -231,11 +469,17 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   constexpr uintptr_t kPackBytes = sizeof(ElemPack<VEC>);
   const bool vectorized = reinterpret_cast<uintptr_t>(x_data) % kPackBytes == 0 &&
                           reinterpret_cast<uintptr_t>(y_data) % kPackBytes == 0;
+  // A row's vector body has at most cols / VEC packs, so cols <= ROW_PACKS * VEC *
+  // kGroupThreads means every row fits in registers.
+  const bool single_read =
+      ROW_PACKS > 0 && vectorized && cols <= int64_t(ROW_PACKS) * VEC * kGroupThreads;
   const dim3 grid(static_cast<unsigned>(blocks));
-  if (vectorized) {
-    softmax_rowblock<VEC><<<grid, BLOCK_THREADS, 0, stream>>>(x_data, y_data, rows, int(cols));
+  if (single_read) {
+    launch<VEC, ROW_PACKS>(grid, stream, x_data, y_data, rows, int(cols));
+  } else if (vectorized) {
+    launch<VEC, 0>(grid, stream, x_data, y_data, rows, int(cols));
   } else {
-    softmax_rowblock<1><<<grid, BLOCK_THREADS, 0, stream>>>(x_data, y_data, rows, int(cols));
+    launch<1, 0>(grid, stream, x_data, y_data, rows, int(cols));
   }
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
