@@ -372,6 +372,47 @@ TEST_F(Replay, UnrecordedVariantsAreCountedNotInvented) {
   EXPECT_FALSE(r.best.has_value());
 }
 
+// Replays over real measurements: every feasible variant of the rmsnorm template timed at
+// 8192x8192 bf16 on an H200 (bench/results/2026-11-21-H200-tune), with the kernel file exactly
+// as it was measured (a variant's key covers the file's content).
+class RecordedH200 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto dir = test::temp_dir("recorded");
+    const auto data = std::filesystem::path(test::test_data_dir()) / "recorded";
+    std::filesystem::copy_file(data / "rmsnorm-8192x8192-bf16-h200.sqlite", dir / "r.sqlite");
+    db_ = std::make_unique<ResultsDb>(dir / "r.sqlite");
+    file_.emplace(KernelFile::load(data / "rmsnorm_rowblock-h200.cu"));
+  }
+  TuneReport replay(const std::string& strategy, double fraction) {
+    TuneOptions o;
+    o.strategy = strategy;
+    o.max_fraction = fraction;
+    Tuner tuner(*db_, nullptr, nullptr, nullptr);
+    return tuner.replay({&*file_}, problem_, "NVIDIA H200 (cc 9.0)", o);
+  }
+  static double best_ms(const TuneReport& r) {
+    return r.best ? r.evaluations[*r.best].record.stats.median : INFINITY;
+  }
+
+  std::unique_ptr<ResultsDb> db_;
+  std::optional<KernelFile> file_;
+  TuneProblem problem_{find_op("rmsnorm"), {{"M", 8192}, {"N", 8192}}, DType::bf16};
+};
+
+TEST_F(RecordedH200, GuidedStrategiesReachNinetyFivePercentOfTheOptimumWithAQuarter) {
+  const TuneReport all = replay("exhaustive", 0);
+  ASSERT_EQ(all.missing_in_replay, 0u) << "the recorded kernel file no longer matches its rows";
+  ASSERT_GT(all.feasible, 300u);
+  const double optimum = best_ms(all);
+  for (const std::string name : {"local", "evolution"}) {
+    const TuneReport r = replay(name, 0.25);
+    EXPECT_EQ(r.missing_in_replay, 0u);
+    EXPECT_LE(static_cast<double>(r.evaluations.size()), 0.25 * static_cast<double>(all.feasible));
+    EXPECT_GE(optimum / best_ms(r), 0.95) << name;
+  }
+}
+
 TEST(ResultsDb, RoundTripAndTunes) {
   const auto path = test::temp_dir("db") / "r.sqlite";
   EvaluationRecord r;
