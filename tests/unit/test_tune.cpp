@@ -361,6 +361,17 @@ TEST_F(Replay, IsReproducible) {
   }
 }
 
+TEST_F(Replay, StopsAtTheTimeBudget) {
+  TuneOptions o;
+  o.strategy = "exhaustive";
+  o.max_seconds = 1e-9;  // spent before the first proposal
+  Tuner tuner(*db_, nullptr, nullptr, nullptr);
+  const TuneReport r =
+      tuner.replay({&recorded_.file}, recorded_.problem, device_key(recorded_.device), o);
+  EXPECT_EQ(r.stop_reason, "time budget (1e-09 s)");
+  EXPECT_LE(r.evaluations.size(), 1u);  // at most the defaults, as the baseline
+}
+
 TEST_F(Replay, UnrecordedVariantsAreCountedNotInvented) {
   // A copy of the template with one more candidate: those variants were never measured.
   KernelFile wider = kernel(std::string(kTemplate) + " * param: EXTRA = 0 in {0, 1}\n");
