@@ -45,12 +45,14 @@
 //
 // Tunables:
 //   BLOCK_THREADS   threads per block.
-//   VEC             elements per vector load/store (VEC * elem_bytes <= 16).
+//   VEC             elements per vector load/store (VEC * elem_bytes <= 16). The default, 4,
+//                   is the widest every dtype allows (8 f32 elements would be 32 bytes).
 //   ROWS_PER_BLOCK  rows per block; more than one keeps short rows (N ~ 128) from leaving
 //                   most of a large block idle.
 //   ROW_PACKS       0: two-pass. k > 0: single-read, each thread holding up to k packs of x in
 //                   registers. Larger k fits longer rows but costs registers (and occupancy);
 //                   with a known N only the smallest k that fits is kept.
+//                   A launch that cannot use single-read runs two-pass with UNROLL = 1.
 //   UNROLL          two-pass only: packs each thread loads before using any of them, i.e. loads
 //                   in flight per thread. More hides more latency at the cost of registers.
 //   CACHE_HINTS     1: streaming cache hints. y is stored evict-first (__stcs), since nothing
