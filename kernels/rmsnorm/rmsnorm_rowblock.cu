@@ -6,7 +6,7 @@
  * param: VEC = 4 in {2, 4, 8}
  * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8}
  * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
- * param: UNROLL = 1 in {1, 2, 4}
+ * param: UNROLL = 4 in {1, 2, 4}
  * param: CACHE_HINTS = 0 in {0, 1}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
@@ -55,6 +55,8 @@
 //                   A launch that cannot use single-read runs two-pass with UNROLL = 1.
 //   UNROLL          two-pass only: packs each thread loads before using any of them, i.e. loads
 //                   in flight per thread. More hides more latency at the cost of registers.
+//                   The default, 4, timed best with the other defaults at 8192^2 bf16 on an
+//                   H200 (70.8 us against 84.7 us for UNROLL = 1).
 //   CACHE_HINTS     1: streaming cache hints. y is stored evict-first (__stcs), since nothing
 //                   reads it back here; the last read of x (pass 2, or the only read in
 //                   single-read mode) is marked as last use (__ldcs). Pass 1 reads normally so
