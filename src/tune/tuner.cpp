@@ -338,6 +338,39 @@ void pick_best(TuneReport& report, const std::optional<size_t>& default_point) {
   }
 }
 
+// Solves the space for `device` and records the problem, strategy and space in `report`.
+SearchSpace solve_into(TuneReport& report, const std::vector<const KernelFile*>& files,
+                       const TuneProblem& problem, const TuneOptions& options,
+                       const DeviceInfo& device) {
+  report.problem = problem;
+  report.device = device_key(device);
+  report.strategy = options.strategy;
+  report.seed = strategy_seed(problem, options);
+  SearchSpace space = SearchSpace::solve(files, tune_context(device, problem), device);
+  report.raw_size = space.raw_size();
+  report.feasible = space.size();
+  report.solve_seconds = space.solve_seconds();
+  report.pruned_before_compile = space.pruned();
+  return space;
+}
+
+// Runs the search, then evaluates the file's defaults (the baseline) if the strategy did not.
+void search_with_baseline(const SearchSpace& space, Evaluator& evaluator,
+                          const TuneOptions& options, TuneReport& report,
+                          const TuneProgressFn& progress, Clock::time_point start) {
+  auto strategy = make_strategy(options.strategy, space, report.seed);
+  search(space, *strategy, evaluator, options, report, progress, start);
+  const auto default_point = space.size() ? space.default_point(0) : std::nullopt;
+  pick_best(report, default_point);
+  if (default_point && !report.baseline) {
+    evaluator.submit(*default_point);
+    report.evaluations.push_back(evaluator.next());
+    report.baseline = report.evaluations.size() - 1;
+    tally(report, report.evaluations.back());
+    pick_best(report, default_point);
+  }
+}
+
 }  // namespace
 
 std::string TuneProblem::key() const {
@@ -396,16 +429,7 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
   const std::string arch = options.arch.empty() ? device.default_arch() : options.arch;
 
   TuneReport report;
-  report.problem = problem;
-  report.device = device_key(device);
-  report.strategy = options.strategy;
-  report.seed = strategy_seed(problem, options);
-  const SearchSpace space = SearchSpace::solve(files, tune_context(device, problem), device);
-  report.raw_size = space.raw_size();
-  report.feasible = space.size();
-  report.solve_seconds = space.solve_seconds();
-  report.pruned_before_compile = space.pruned();
-  auto strategy = make_strategy(options.strategy, space, report.seed);
+  const SearchSpace space = solve_into(report, files, problem, options, device);
 
   db_.put_device(device);
   std::vector<std::string> file_names;
@@ -425,18 +449,8 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
                                              : std::max(1u, std::thread::hardware_concurrency());
   LiveEvaluator evaluator(space, problem, options, arch, db_, *compiler_, *checker_, *worker_,
                           report);
-  search(space, *strategy, evaluator, options, report, progress, start);
+  search_with_baseline(space, evaluator, options, report, progress, start);
   const auto default_point = space.size() ? space.default_point(0) : std::nullopt;
-  pick_best(report, default_point);
-
-  // The baseline is the file's defaults; evaluate it if the strategy did not.
-  if (default_point && !report.baseline) {
-    evaluator.submit(*default_point);
-    report.evaluations.push_back(evaluator.next());
-    report.baseline = report.evaluations.size() - 1;
-    tally(report, report.evaluations.back());
-    pick_best(report, default_point);
-  }
 
   // The winner must pass all five stages; a failure is recorded and the next best is tried.
   while (options.final_check && report.best) {
@@ -485,28 +499,11 @@ TuneReport Tuner::replay(const std::vector<const KernelFile*>& files, const Tune
   }
   TuneReport report;
   report.replay = true;
-  report.problem = problem;
-  report.device = device;
-  report.strategy = options.strategy;
-  report.seed = strategy_seed(problem, options);
-  const SearchSpace space = SearchSpace::solve(files, tune_context(*info, problem), *info);
-  report.raw_size = space.raw_size();
-  report.feasible = space.size();
-  report.solve_seconds = space.solve_seconds();
-  report.pruned_before_compile = space.pruned();
-  auto strategy = make_strategy(options.strategy, space, report.seed);
+  const SearchSpace space = solve_into(report, files, problem, options, *info);
+  report.device = device;  // as recorded, even if the key's format changes
   const std::string arch = options.arch.empty() ? info->default_arch() : options.arch;
   ReplayEvaluator evaluator(space, problem, device, arch, db_, report);
-  search(space, *strategy, evaluator, options, report, progress, start);
-  const auto default_point = space.size() ? space.default_point(0) : std::nullopt;
-  pick_best(report, default_point);
-  if (default_point && !report.baseline) {
-    evaluator.submit(*default_point);
-    report.evaluations.push_back(evaluator.next());
-    report.baseline = report.evaluations.size() - 1;
-    tally(report, report.evaluations.back());
-    pick_best(report, default_point);
-  }
+  search_with_baseline(space, evaluator, options, report, progress, start);
   if (report.best) {
     const auto& stage = report.evaluations[*report.best].record.stage;
     report.final_check = stage == "checked" ? "PASS (recorded)" : "not checked (replay)";
