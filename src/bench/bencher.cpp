@@ -32,8 +32,7 @@ std::optional<BaselineResult> time_baseline(Checker& checker, WorkerClient& work
     if (reply.ok()) b.what = reply.body.value("baseline", "library");
   } else {
     // No vendor library implements the op: the library's own starter is the baseline.
-    const auto path =
-        default_include_dir().parent_path() / "kernels" / starter_kernel(op.name(), cuda);
+    const auto path = library_kernels_dir() / starter_kernel(op.name(), cuda);
     if (!std::filesystem::exists(path)) return std::nullopt;
     const KernelFile starter = KernelFile::load(path);
     if (starter.source == file.source &&

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "device/cublas_ops.h"
+#include "device/launch_limits.h"
 
 namespace kforge {
 namespace {
@@ -29,24 +30,32 @@ std::string describe_case(const OpSpec& op, const std::string& label, const Size
   return s;
 }
 
-// Returns the first requirement that is false, or "" if all hold. Requirements that name
-// something not bound (a problem size, when no problem is given) are left for later.
-std::string first_violation(const KernelFile& file, const Bindings& bindings) {
+bool all_bound(const Expression& e, const Bindings& bindings) {
+  for (const auto& v : e.variables()) {
+    if (!bindings.contains(v)) return false;
+  }
+  return true;
+}
+
+// Returns the first requirement that is false or declared launch value over the device's
+// limits, or "" if all hold. Expressions that name something not bound (a problem size, when
+// no problem is given) are left for later.
+std::string first_violation(const KernelFile& file, const Bindings& bindings,
+                            const DeviceInfo& device) {
   for (const auto& req : file.requirements) {
-    bool bound = true;
-    for (const auto& v : req.expression.variables())
-      bound = bound && bindings.contains(v);
-    if (!bound) continue;
+    if (!all_bound(req.expression, bindings)) continue;
     if (req.expression.evaluate(bindings) == 0) {
       return fmt::format("require '{}' (line {}) does not hold", req.expression.text(), req.line);
     }
   }
-  if (file.shared_bytes) {
-    const long long bytes = file.shared_bytes->evaluate(bindings);
-    const long long limit = bindings.at("max_shared_per_block");
-    if (bytes > limit) {
-      return fmt::format("shared_bytes {} exceeds the device's {} bytes per block", bytes, limit);
-    }
+  const auto check = [&](const std::optional<Expression>& e, auto violation) -> std::string {
+    if (!e || !all_bound(*e, bindings)) return "";
+    return violation(e->evaluate(bindings), device);
+  };
+  for (const std::string& why : {check(file.block_threads, threads_violation),
+                                 check(file.shared_bytes, dynamic_shared_violation),
+                                 check(file.cluster_blocks, cluster_violation)}) {
+    if (!why.empty()) return why;
   }
   return "";
 }
@@ -84,7 +93,7 @@ CompileResult Checker::build(const KernelFile& file, const ParamValues& params, 
   for (const auto& [name, value] : all)
     bindings[name] = value;
   Variant variant = Variant::make(file, all, dtype, arch);
-  if (const std::string why = first_violation(file, bindings); !why.empty()) {
+  if (const std::string why = first_violation(file, bindings, worker_.device()); !why.empty()) {
     *verdict = Verdict::rejected;
     CompileResult r;
     r.variant = std::move(variant);

@@ -21,18 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The kernel files to tune: the file given, or every library file of the op for the backend.
-std::vector<KernelFile> resolve_files(const std::string& target, const std::string& backend) {
-  std::vector<KernelFile> files;
-  if (fs::is_regular_file(target)) {
-    files.push_back(KernelFile::load(target));
-    return files;
-  }
-  if (!find_op(target)) {
-    throw UsageError(
-        fmt::format("'{}' is neither a kernel file nor an op (known ops: {})", target, op_names()));
-  }
-  const fs::path dir = default_include_dir().parent_path() / "kernels" / target;
+// Every library kernel file of `op` for the backend.
+std::vector<KernelFile> library_files(const std::string& op, const std::string& backend) {
+  const fs::path dir = library_kernels_dir() / op;
   std::vector<fs::path> paths;
   if (fs::is_directory(dir)) {
     for (const auto& entry : fs::directory_iterator(dir)) {
@@ -44,19 +35,29 @@ std::vector<KernelFile> resolve_files(const std::string& target, const std::stri
   }
   std::sort(paths.begin(), paths.end());
   if (paths.empty()) {
-    throw UsageError(fmt::format("no {} kernel files for {} in {}", backend, target, dir.string()));
+    throw UsageError(fmt::format("no {} kernel files for {} in {}", backend, op, dir.string()));
   }
+  std::vector<KernelFile> files;
   for (const auto& p : paths) {
     files.push_back(KernelFile::load(p));
-    if (files.back().op != target) {
+    if (files.back().op != op) {
       throw UsageError(
-          fmt::format("{} implements '{}', not '{}'", p.string(), files.back().op, target));
+          fmt::format("{} implements '{}', not '{}'", p.string(), files.back().op, op));
     }
   }
   return files;
 }
 
 // The tunables of a record, without derived values: what a person passes back with --param.
+nlohmann::json tunables_of(const KernelFile& file, const nlohmann::json& params) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& p : file.params) {
+    if (params.contains(p.name)) out[p.name] = params.at(p.name);
+  }
+  return out;
+}
+
+// The same, as NAME=VALUE in the file's declaration order.
 std::string tunables_text(const KernelFile& file, const nlohmann::json& params) {
   std::vector<std::string> parts;
   for (const auto& p : file.params) {
@@ -108,13 +109,7 @@ class ProgressBar {
 void print_report(const TuneReport& report, const std::vector<KernelFile>& files, const OpSpec& op,
                   const std::optional<Ceilings>& ceilings, size_t top) {
   const Cost cost = op.cost(report.problem.sizes, report.problem.dtype);
-  std::vector<size_t> ranked;
-  for (size_t i = 0; i < report.evaluations.size(); ++i) {
-    if (report.evaluations[i].record.timed()) ranked.push_back(i);
-  }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
-    return report.evaluations[a].record.cost() < report.evaluations[b].record.cost();
-  });
+  const std::vector<size_t> ranked = report.ranked();
   const double baseline_ms = report.baseline && report.evaluations[*report.baseline].record.timed()
                                  ? report.evaluations[*report.baseline].record.stats.median
                                  : NAN;
@@ -162,22 +157,18 @@ void print_report(const TuneReport& report, const std::vector<KernelFile>& files
     fmt::print("  rejected {:>10}  {} (after compiling)\n", count, why);
   for (const auto& [why, count] : report.failed)
     fmt::print("  failed   {:>10}  {}\n", count, why);
-  size_t from_db = 0;
-  for (const auto& e : report.evaluations)
-    from_db += e.from_database ? 1 : 0;
   fmt::print(
       "evaluated  {} ({} valid, {} from the results database{}); stopped: {}\n",
-      report.evaluations.size(), ranked.size(), from_db,
+      report.evaluations.size(), ranked.size(), report.from_database_count(),
       report.missing_in_replay ? fmt::format(", {} not recorded", report.missing_in_replay) : "",
       report.stop_reason);
   if (!report.replay) {
     fmt::print(
         "compile    {} variants, {:.2f} s each on {} threads: capacity {:.1f} variants/s; "
         "achieved {:.2f}/s over {:.1f} s busy; the device waited {:.1f} s for compiles\n",
-        report.compiled,
-        report.compiled ? report.compile_seconds_sum / static_cast<double>(report.compiled) : 0,
-        report.compile_jobs, report.compile_capacity(), report.compile_throughput(),
-        report.compile_wall_seconds, report.device_wait_seconds);
+        report.compiled, report.compile_seconds_per_variant(), report.compile_jobs,
+        report.compile_capacity(), report.compile_throughput(), report.compile_busy_seconds,
+        report.device_wait_seconds);
   }
   if (report.best) {
     const auto& b = report.evaluations[*report.best].record;
@@ -273,23 +264,16 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
              const std::vector<std::string>& argv) {
   const bool all_sizes = flags.sizes == "all";
   ResultsDb db(flags.db.empty() ? default_results_db() : fs::path(flags.db));
-  const bool is_file = fs::is_regular_file(flags.target);
 
-  // The backend: the kernel file's, the recorded device's for a replay, or the flags'.
-  std::string backend;
+  // The target: one kernel file, or an op whose library files are all tuned together.
   std::optional<KernelFile> single;
-  if (is_file) {
-    single = KernelFile::load(flags.target);
-    backend = std::string(backend_name(single->backend));
+  if (fs::is_regular_file(flags.target)) single = KernelFile::load(flags.target);
+  const OpSpec* op_found = single ? &KernelSession::op_of(*single) : find_op(flags.target);
+  if (!op_found) {
+    throw UsageError(fmt::format("'{}' is neither a kernel file nor an op (known ops: {})",
+                                 flags.target, op_names()));
   }
-  const OpSpec& op = single ? KernelSession::op_of(*single) : [&]() -> const OpSpec& {
-    const OpSpec* o = find_op(flags.target);
-    if (!o) {
-      throw UsageError(fmt::format("'{}' is neither a kernel file nor an op (known ops: {})",
-                                   flags.target, op_names()));
-    }
-    return *o;
-  }();
+  const OpSpec& op = *op_found;
   const DType dtype = parse_dtypes({flags.dtype}).front();
   std::vector<Sizes> problems;
   if (all_sizes) {
@@ -315,6 +299,8 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
   std::unique_ptr<Checker> checker;
   std::optional<Ceilings> ceilings;
   std::string replay_device;
+  // The backend: the kernel file's, the recorded device's for a replay, or the flags'.
+  std::string backend = single ? std::string(backend_name(single->backend)) : "";
   if (flags.replay) {
     const TuneProblem first{&op, problems.front(), dtype};
     replay_device = flags.replay_device;
@@ -328,8 +314,7 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
     }
     if (backend.empty()) backend = replay_device.rfind("cpu:", 0) == 0 ? "cpu" : "cuda";
   } else {
-    if (backend.empty()) backend = pick_backend(device, nullptr);
-    if (single) backend = pick_backend(device, &*single);
+    backend = pick_backend(device, single ? &*single : nullptr);
     worker = std::make_unique<WorkerClient>(WorkerOptions{backend, device.device});
     compiler = std::make_unique<Compiler>();
     checker = std::make_unique<Checker>(*compiler, *worker);
@@ -340,7 +325,7 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
   if (single) {
     files.push_back(std::move(*single));
   } else {
-    files = resolve_files(flags.target, backend);
+    files = library_files(flags.target, backend);
   }
   std::vector<const KernelFile*> file_ptrs;
   for (const auto& f : files)
@@ -377,13 +362,10 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
     if (report.best) {
       const auto& b = report.evaluations[*report.best].record;
       const KernelFile* f = file_of(files, b.file);
-      nlohmann::json tunables = nlohmann::json::object();
-      for (const auto& p : f->params)
-        tunables[p.name] = b.params.at(p.name);
       table.push_back({{"shape", op.format_shape(sizes)},
                        {"sizes", sizes},
                        {"file", f->path.filename().string()},
-                       {"params", tunables},
+                       {"params", tunables_of(*f, b.params)},
                        {"variant_key", b.variant_key},
                        {"time_us", b.stats.median * 1e3},
                        {"final_check", report.final_check}});

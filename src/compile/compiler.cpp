@@ -162,6 +162,10 @@ fs::path default_cache_dir() {
   return fs::temp_directory_path() / "kforge-cache";
 }
 
+fs::path library_kernels_dir() {
+  return default_include_dir().parent_path() / "kernels";
+}
+
 fs::path default_include_dir() {
   if (const char* env = std::getenv("KFORGE_INCLUDE_DIR")) return env;
   // The binary lives in build/<preset>/; the headers in include/ at the source root.

@@ -58,6 +58,8 @@ struct CompilerOptions {
 
 std::filesystem::path default_cache_dir();
 std::filesystem::path default_include_dir();
+// The library's kernel files (kernels/<op>/...), beside include/ in the source tree.
+std::filesystem::path library_kernels_dir();
 
 class Compiler {
  public:

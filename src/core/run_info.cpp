@@ -12,7 +12,9 @@
 
 namespace kforge {
 
-GitState git_state() {
+namespace {
+
+GitState read_git_state() {
   GitState g;
   if (const char* sha = std::getenv("KFORGE_GIT_SHA")) {
     g.sha = sha;
@@ -29,6 +31,15 @@ GitState git_state() {
                   std::chrono::seconds(10));
   g.dirty = status.ok() && !status.output.empty();
   return g;
+}
+
+}  // namespace
+
+GitState git_state() {
+  // Read once per process: records written during a run (every tuning evaluation) share it,
+  // instead of each starting two git processes.
+  static const GitState state = read_git_state();
+  return state;
 }
 
 std::string utc_timestamp() {

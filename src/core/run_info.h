@@ -15,7 +15,7 @@ struct GitState {
 };
 
 // $KFORGE_GIT_SHA if set (e.g. a build carried to another machine), else `git` in the source
-// tree kforge was built from.
+// tree kforge was built from; read once per process.
 GitState git_state();
 std::string utc_timestamp();  // ISO 8601
 nlohmann::json run_metadata(const std::vector<std::string>& command_line);

@@ -14,15 +14,26 @@ long long round_up(long long value, long long unit) {
   return (value + unit - 1) / unit * unit;
 }
 
+long long warps_per_block(const DeviceInfo& device, long long threads) {
+  const long long warp = std::max(1, device.warp_size);
+  return (threads + warp - 1) / warp;
+}
+
+// Registers a block is allocated: per warp, rounded up to the allocation unit.
+long long registers_per_block(const DeviceInfo& device, long long threads, int registers) {
+  const long long per_warp = round_up(
+      static_cast<long long>(registers) * std::max(1, device.warp_size), kRegisterAllocationUnit);
+  return per_warp * warps_per_block(device, threads);
+}
+
 }  // namespace
 
 Occupancy theoretical_occupancy(const DeviceInfo& device, long long threads, int registers,
                                 long long shared_bytes) {
   Occupancy o;
-  const long long warp = std::max(1, device.warp_size);
-  const long long warps_per_block = (threads + warp - 1) / warp;
-  const long long max_warps = device.max_threads_per_sm / warp;
-  if (warps_per_block <= 0 || max_warps <= 0) return o;
+  const long long warps = warps_per_block(device, threads);
+  const long long max_warps = device.max_threads_per_sm / std::max(1, device.warp_size);
+  if (warps <= 0 || max_warps <= 0) return o;
 
   long long blocks = device.max_blocks_per_sm;
   o.limiter = "blocks";
@@ -32,11 +43,9 @@ Occupancy theoretical_occupancy(const DeviceInfo& device, long long threads, int
       o.limiter = what;
     }
   };
-  limit(max_warps / warps_per_block, "threads");
+  limit(max_warps / warps, "threads");
   if (registers > 0) {
-    const long long per_warp =
-        round_up(static_cast<long long>(registers) * warp, kRegisterAllocationUnit);
-    limit(device.regs_per_sm / (per_warp * warps_per_block), "registers");
+    limit(device.regs_per_sm / registers_per_block(device, threads, registers), "registers");
   }
   if (shared_bytes > 0) {
     const long long per_block =
@@ -44,7 +53,7 @@ Occupancy theoretical_occupancy(const DeviceInfo& device, long long threads, int
     limit(device.max_shared_per_sm / per_block, "shared memory");
   }
   o.blocks_per_sm = static_cast<int>(std::max(0LL, blocks));
-  o.warps_per_sm = static_cast<int>(o.blocks_per_sm * warps_per_block);
+  o.warps_per_sm = static_cast<int>(o.blocks_per_sm * warps);
   o.fraction = static_cast<double>(o.warps_per_sm) / static_cast<double>(max_warps);
   return o;
 }
@@ -64,10 +73,7 @@ std::optional<std::string> post_compile_rejection(const ResourceReport& resource
   }
   if (launch.threads <= 0) return std::nullopt;  // no `threads:` declared: nothing more to judge
   const int registers = resources.max_registers();
-  const long long per_warp = round_up(
-      static_cast<long long>(registers) * std::max(1, device.warp_size), kRegisterAllocationUnit);
-  const long long warps = (launch.threads + device.warp_size - 1) / std::max(1, device.warp_size);
-  if (per_warp * warps > device.regs_per_block) {
+  if (registers_per_block(device, launch.threads, registers) > device.regs_per_block) {
     return fmt::format("registers x threads > the register file ({} per block)",
                        device.regs_per_block);
   }

@@ -6,14 +6,9 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "device/launch_limits.h"
 
 namespace kforge {
-namespace {
-
-// Clusters of more than 8 blocks are not portable (16 needs an opt-in attribute).
-constexpr long long kPortableClusterLimit = 8;
-
-}  // namespace
 
 // Depth-first solver for one file. Every name an expression can use gets a slot in `values`;
 // tunables are bound one per depth, and each check runs at the first depth where all of its
@@ -105,35 +100,25 @@ struct SearchSpace::Solver {
       } catch (const Error& e) {
         return step.kind == Step::derive ? fmt::format("derive: {}", e.what()) : e.what();
       }
+      std::string why;
       switch (step.kind) {
         case Step::derive:
           values[step.slot] = v;
           break;
         case Step::require:
-          if (v == 0) return step.reason;
+          if (v == 0) why = step.reason;
           break;
         case Step::threads:
-          if (v < 1) return "threads per block < 1";
-          if (v > device.max_threads_per_block) {
-            return fmt::format("threads per block > the device's {}", device.max_threads_per_block);
-          }
+          why = threads_violation(v, device);
           break;
         case Step::shared:
-          if (v > device.max_shared_per_block) {
-            return fmt::format("dynamic shared memory > the device's {} bytes per block",
-                               device.max_shared_per_block);
-          }
+          why = dynamic_shared_violation(v, device);
           break;
         case Step::cluster:
-          if (v < 1) return "cluster size < 1";
-          if (v > 1 && device.backend == "cuda" && device.cc_major < 9) {
-            return "thread-block clusters need compute capability 9.0";
-          }
-          if (v > kPortableClusterLimit) {
-            return fmt::format("cluster size > {} (the portable limit)", kPortableClusterLimit);
-          }
+          why = cluster_violation(v, device);
           break;
       }
+      if (!why.empty()) return why;
     }
     return "";
   }

@@ -126,7 +126,8 @@ class LocalSearch final : public StrategyBase {
 
   std::optional<size_t> propose() override {
     if (!current_) {
-      const auto start = default_start() ? default_start() : random_unproposed();
+      auto start = default_start();
+      if (!start) start = random_unproposed();
       if (!start) return std::nullopt;
       move_to(*start);
       return mark(*start);

@@ -11,7 +11,6 @@
 
 #include "bench/bencher.h"
 #include "core/error.h"
-#include "core/hash.h"
 #include "core/run_info.h"
 #include "device/cublas_ops.h"
 #include "tune/occupancy.h"
@@ -114,6 +113,21 @@ class LiveEvaluator final : public Evaluator {
     return {p.point, std::move(r), false};
   }
 
+  // Compile throughput is measured over the time at least one compile was running (the union
+  // of their intervals), so idle gaps while the device catches up do not count.
+  double compile_busy_seconds() {
+    std::lock_guard lock(compile_mutex_);
+    std::sort(compile_intervals_.begin(), compile_intervals_.end());
+    double busy = 0;
+    Clock::time_point covered_to{};
+    for (const auto& [from, to] : compile_intervals_) {
+      const auto begin = std::max(from, covered_to);
+      if (to > begin) busy += std::chrono::duration<double>(to - begin).count();
+      covered_to = std::max(covered_to, to);
+    }
+    return busy;
+  }
+
  private:
   struct Pending {
     size_t point;
@@ -122,23 +136,12 @@ class LiveEvaluator final : public Evaluator {
     std::future<CompileResult> build;
   };
 
-  // Compile throughput is measured over the time at least one compile was running (the union
-  // of their intervals), so idle gaps while the device catches up do not count.
   void note_compile(Clock::time_point start, const CompileResult& r) {
     std::lock_guard lock(compile_mutex_);
     if (r.from_cache) return;
     compile_intervals_.emplace_back(start, Clock::now());
     ++report_.compiled;
     report_.compile_seconds_sum += r.seconds;
-    std::sort(compile_intervals_.begin(), compile_intervals_.end());
-    double busy = 0;
-    auto covered_to = compile_intervals_.front().first;
-    for (const auto& [from, to] : compile_intervals_) {
-      const auto begin = std::max(from, covered_to);
-      if (to > begin) busy += std::chrono::duration<double>(to - begin).count();
-      covered_to = std::max(covered_to, to);
-    }
-    report_.compile_wall_seconds = busy;
   }
 
   // The tuned problem's inputs and reference, made once for every candidate.
@@ -282,12 +285,12 @@ void search(const SearchSpace& space, Strategy& strategy, Evaluator& evaluator, 
     options.max_evaluations =
         options.max_evaluations ? std::min(options.max_evaluations, share) : share;
   }
-  std::deque<size_t> in_flight;
+  size_t in_flight = 0;  // proposed, not yet observed
   size_t proposed = 0;
   TuneProgress state;
   state.budget = options.max_evaluations;
   for (;;) {
-    while (in_flight.size() < std::max<size_t>(1, options.lookahead)) {
+    while (in_flight < std::max<size_t>(1, options.lookahead)) {
       if (options.max_evaluations && proposed >= options.max_evaluations) {
         report.stop_reason = fmt::format("evaluation budget ({})", options.max_evaluations);
         break;
@@ -299,12 +302,12 @@ void search(const SearchSpace& space, Strategy& strategy, Evaluator& evaluator, 
       const auto p = strategy.propose();
       if (!p) break;
       evaluator.submit(*p);
-      in_flight.push_back(*p);
+      ++in_flight;
       ++proposed;
     }
-    if (in_flight.empty()) break;
+    if (in_flight == 0) break;
     TuneEvaluation e = evaluator.next();
-    in_flight.pop_front();
+    --in_flight;
     strategy.observe(e.point, e.record.cost());
     tally(report, e);
     report.evaluations.push_back(std::move(e));
@@ -396,7 +399,27 @@ Bindings tune_context(const DeviceInfo& device, const TuneProblem& problem) {
 }
 
 double TuneReport::compile_throughput() const {
-  return compile_wall_seconds > 0 ? static_cast<double>(compiled) / compile_wall_seconds : 0;
+  return compile_busy_seconds > 0 ? static_cast<double>(compiled) / compile_busy_seconds : 0;
+}
+
+double TuneReport::compile_seconds_per_variant() const {
+  return compiled ? compile_seconds_sum / static_cast<double>(compiled) : 0;
+}
+
+std::vector<size_t> TuneReport::ranked() const {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < evaluations.size(); ++i) {
+    if (evaluations[i].record.timed()) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return evaluations[a].record.cost() < evaluations[b].record.cost();
+  });
+  return order;
+}
+
+size_t TuneReport::from_database_count() const {
+  return static_cast<size_t>(std::count_if(evaluations.begin(), evaluations.end(),
+                                           [](const auto& e) { return e.from_database; }));
 }
 
 double TuneReport::compile_capacity() const {
@@ -450,6 +473,7 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
   LiveEvaluator evaluator(space, problem, options, arch, db_, *compiler_, *checker_, *worker_,
                           report);
   search_with_baseline(space, evaluator, options, report, progress, start);
+  report.compile_busy_seconds = evaluator.compile_busy_seconds();
   const auto default_point = space.size() ? space.default_point(0) : std::nullopt;
 
   // The winner must pass all five stages; a failure is recorded and the next best is tried.
@@ -534,22 +558,13 @@ nlohmann::json TuneReport::to_json(size_t top) const {
     }
     return j;
   };
-  std::vector<size_t> ranked;
-  for (size_t i = 0; i < evaluations.size(); ++i) {
-    if (evaluations[i].record.timed()) ranked.push_back(i);
-  }
-  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
-    return evaluations[a].record.cost() < evaluations[b].record.cost();
-  });
+  const std::vector<size_t> order = ranked();
   nlohmann::json top_json = nlohmann::json::array();
-  for (size_t i = 0; i < std::min(top, ranked.size()); ++i)
-    top_json.push_back(evaluation_json(evaluations[ranked[i]]));
+  for (size_t i = 0; i < std::min(top, order.size()); ++i)
+    top_json.push_back(evaluation_json(evaluations[order[i]]));
   nlohmann::json all = nlohmann::json::array();
   for (const auto& e : evaluations)
     all.push_back(evaluation_json(e));
-  size_t from_db = 0;
-  for (const auto& e : evaluations)
-    from_db += e.from_database ? 1 : 0;
   return {
       {"problem", problem.key()},
       {"device", device},
@@ -564,16 +579,16 @@ nlohmann::json TuneReport::to_json(size_t top) const {
       {"rejected_after_compile", rejected_after_compile},
       {"failed", failed},
       {"evaluated", evaluations.size()},
-      {"valid", ranked.size()},
-      {"from_database", from_db},
+      {"valid", order.size()},
+      {"from_database", from_database_count()},
       {"missing_in_replay", missing_in_replay},
       {"stop_reason", stop_reason},
       {"compile",
        {{"compiled", compiled},
         {"jobs", compile_jobs},
-        {"busy_seconds", compile_wall_seconds},
+        {"busy_seconds", compile_busy_seconds},
         {"variants_per_second", compile_throughput()},
-        {"seconds_per_variant", compiled ? compile_seconds_sum / static_cast<double>(compiled) : 0},
+        {"seconds_per_variant", compile_seconds_per_variant()},
         {"capacity_variants_per_second", compile_capacity()},
         {"compile_seconds_sum", compile_seconds_sum}}},
       {"device_wait_seconds", device_wait_seconds},

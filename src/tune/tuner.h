@@ -80,7 +80,7 @@ struct TuneReport {
   // during which at least one compile ran, and the compilers' own time summed.
   size_t compiled = 0;
   unsigned compile_jobs = 0;
-  double compile_wall_seconds = 0;
+  double compile_busy_seconds = 0;
   double compile_seconds_sum = 0;
   double device_wait_seconds = 0;  // time the device sat waiting for a compile
   double wall_seconds = 0;
@@ -91,6 +91,10 @@ struct TuneReport {
   // compiles run), and what the pool could sustain: jobs / mean seconds per compile.
   double compile_throughput() const;
   double compile_capacity() const;
+  double compile_seconds_per_variant() const;
+  // Indices of the timed evaluations, fastest first.
+  std::vector<size_t> ranked() const;
+  size_t from_database_count() const;
   nlohmann::json to_json(size_t top) const;
 };
 

@@ -18,7 +18,7 @@ inline std::filesystem::path source_root() {
   return default_include_dir().parent_path();
 }
 inline std::string kernels_dir() {
-  return (source_root() / "kernels").string();
+  return library_kernels_dir().string();
 }
 inline std::string test_data_dir() {
   return (source_root() / "tests" / "data").string();

@@ -1,0 +1,38 @@
+#include "device/launch_limits.h"
+
+#include <fmt/format.h>
+
+namespace kforge {
+namespace {
+
+// Clusters of more than 8 blocks are not portable (16 needs an opt-in attribute).
+constexpr long long kPortableClusterLimit = 8;
+
+}  // namespace
+
+std::string threads_violation(long long threads, const DeviceInfo& device) {
+  if (threads < 1) return "threads per block < 1";
+  if (threads > device.max_threads_per_block) {
+    return fmt::format("threads per block > the device's {}", device.max_threads_per_block);
+  }
+  return "";
+}
+
+std::string dynamic_shared_violation(long long bytes, const DeviceInfo& device) {
+  if (bytes <= device.max_shared_per_block) return "";
+  return fmt::format("dynamic shared memory > the device's {} bytes per block",
+                     device.max_shared_per_block);
+}
+
+std::string cluster_violation(long long blocks, const DeviceInfo& device) {
+  if (blocks < 1) return "cluster size < 1";
+  if (blocks > 1 && device.backend == "cuda" && device.cc_major < 9) {
+    return "thread-block clusters need compute capability 9.0";
+  }
+  if (blocks > kPortableClusterLimit) {
+    return fmt::format("cluster size > {} (the portable limit)", kPortableClusterLimit);
+  }
+  return "";
+}
+
+}  // namespace kforge
