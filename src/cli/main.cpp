@@ -10,7 +10,9 @@
 // Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
 // 3 an internal error.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 
 #include "bench/bencher.h"
 #include "check/checker.h"
+#include "cli/build_command.h"
 #include "cli/common.h"
 #include "cli/tune_command.h"
 #include "compile/compiler.h"
@@ -30,6 +33,7 @@
 #include "ops/op_spec.h"
 #include "run/protocol.h"
 #include "run/worker_client.h"
+#include "tune/library.h"
 
 namespace kforge {
 namespace {
@@ -148,14 +152,32 @@ struct BenchFlags {
 
 int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
               const std::vector<std::string>& argv) {
-  KernelSession session(flags.file, device, flags.keep);
+  const DType dtype = parse_dtypes({flags.dtype}).front();
+  // An op name (rather than a file) runs the library's choice for the problem: the tuned
+  // variant for this size, dtype and device when there is one.
+  std::string path = flags.file;
+  std::optional<LibraryChoice> choice;
+  if (const OpSpec* named = find_op(flags.file); named && !std::filesystem::exists(flags.file)) {
+    const std::string backend = pick_backend(device, nullptr);
+    const DeviceInfo info = backend == "cuda"
+                                ? list_cuda_devices().at(static_cast<size_t>(device.device))
+                                : cpu_device_info();
+    Sizes sizes = flags.shape.empty() ? named->default_size() : named->parse_shape(flags.shape);
+    named->complete_sizes(sizes);
+    choice = library_choice(*named, sizes, dtype, info);
+    path = choice->file.string();
+    progress_line(fmt::format("library: {} {}", path, choice->describe()));
+  }
+  KernelSession session(path, device, flags.keep);
   const KernelFile& file = session.file;
   const OpSpec* op = &session.op;
   WorkerClient& worker = session.worker;
   BenchOptions options;
   options.sizes = flags.shape.empty() ? op->default_size() : op->parse_shape(flags.shape);
-  options.dtype = parse_dtypes({flags.dtype}).front();
-  options.params = parse_params(flags.params);
+  options.dtype = dtype;
+  options.params = choice ? choice->params : ParamValues{};
+  for (const auto& [name, value] : parse_params(flags.params))
+    options.params[name] = value;  // --param overrides the library's choice
   options.arch = flags.arch;
   options.seed = flags.seed;
   options.settings.max_seconds = flags.max_seconds;
@@ -208,6 +230,7 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   j["ceilings"] = ceilings.raw.at("ceilings");
   session.describe_run(j, argv);
   if (!r.build.module.empty()) j["module"] = r.build.module.string();
+  if (choice) j["library"] = choice->to_json();
   write_json(j, flags.json_path);
   return r.verdict == Verdict::ok ? 0 : 1;
 }
@@ -253,8 +276,12 @@ int main(int argc, char** argv) {
   add_device_flags(check, device_flags);
 
   BenchFlags bench_flags;
-  auto* bench = app.add_subcommand("bench", "Time a kernel file at one problem");
-  bench->add_option("file", bench_flags.file, "Kernel file (.cu or .cpp)")->required();
+  auto* bench =
+      app.add_subcommand("bench", "Time a kernel file (or an op's library variant) at one problem");
+  bench
+      ->add_option("target", bench_flags.file,
+                   "Kernel file (.cu or .cpp), or an op: the library's variant for the problem")
+      ->required();
   bench->add_option("--shape", bench_flags.shape,
                     "Problem sizes, e.g. 8192x8192 (default: the op's)");
   bench->add_option("--dtype", bench_flags.dtype, "f16, bf16 or f32")->capture_default_str();
@@ -278,6 +305,9 @@ int main(int argc, char** argv) {
   TuneFlags tune_flags;
   auto* tune = add_tune_command(app, tune_flags, device_flags);
 
+  BuildFlags build_flags;
+  auto* build = add_build_command(app, build_flags, device_flags);
+
   std::string worker_backend;
   int worker_device = 0;
   auto* worker = app.add_subcommand("__worker", "Internal: runs candidate code for kforge");
@@ -299,6 +329,7 @@ int main(int argc, char** argv) {
     if (*check) return cmd_check(check_flags, device_flags, args);
     if (*bench) return cmd_bench(bench_flags, device_flags, args);
     if (*tune) return cmd_tune(tune_flags, device_flags, args);
+    if (*build) return cmd_build(build_flags, device_flags, args);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kforge: {}\n", e.what());
     return 2;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/run_info.h"
 #include "device/ceilings.h"
+#include "tune/library.h"
 #include "tune/strategy.h"
 #include "tune/tuner.h"
 
@@ -20,33 +21,6 @@ namespace kforge {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Every library kernel file of `op` for the backend.
-std::vector<KernelFile> library_files(const std::string& op, const std::string& backend) {
-  const fs::path dir = library_kernels_dir() / op;
-  std::vector<fs::path> paths;
-  if (fs::is_directory(dir)) {
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      const auto ext = entry.path().extension();
-      if ((backend == "cuda" && ext == ".cu") || (backend == "cpu" && ext == ".cpp")) {
-        paths.push_back(entry.path());
-      }
-    }
-  }
-  std::sort(paths.begin(), paths.end());
-  if (paths.empty()) {
-    throw UsageError(fmt::format("no {} kernel files for {} in {}", backend, op, dir.string()));
-  }
-  std::vector<KernelFile> files;
-  for (const auto& p : paths) {
-    files.push_back(KernelFile::load(p));
-    if (files.back().op != op) {
-      throw UsageError(
-          fmt::format("{} implements '{}', not '{}'", p.string(), files.back().op, op));
-    }
-  }
-  return files;
-}
 
 // The tunables of a record, without derived values: what a person passes back with --param.
 nlohmann::json tunables_of(const KernelFile& file, const nlohmann::json& params) {
@@ -205,13 +179,6 @@ void parse_budget(const std::string& text, TuneOptions& options) {
   throw UsageError(fmt::format("--budget '{}': expected a count (40) or a percentage (25%)", text));
 }
 
-std::string slug(std::string text) {
-  for (char& c : text) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
-  }
-  return text;
-}
-
 }  // namespace
 
 CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device) {
@@ -255,7 +222,8 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   tune->add_option("--top", flags.top, "Rows in the final table")->capture_default_str();
   tune->add_option("--json", flags.json_path, "Write the report as JSON to FILE ('-' for stdout)");
   tune->add_option("--table", flags.table_path,
-                   "With --sizes all: where to write the size -> variant table");
+                   "With --sizes all: where to write the size -> variant table (default: the "
+                   "library's, kernels/OP/tuned/DTYPE-DEVICE.json, which kforge then runs)");
   add_device_flags(tune, device);
   return tune;
 }
@@ -377,11 +345,9 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
 
   if (all_sizes) {
     const std::string device_name = flags.replay ? replay_device : device_key(worker->device());
-    const fs::path path =
-        flags.table_path.empty()
-            ? fs::path("kforge-tuned") /
-                  fmt::format("{}-{}-{}.json", op.name(), dtype_name(dtype), slug(device_name))
-            : fs::path(flags.table_path);
+    const fs::path path = flags.table_path.empty()
+                              ? tuned_table_path(std::string(op.name()), dtype, device_name)
+                              : fs::path(flags.table_path);
     if (path.has_parent_path()) fs::create_directories(path.parent_path());
     write_json({{"op", op.name()},
                 {"dtype", dtype_name(dtype)},

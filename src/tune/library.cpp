@@ -1,0 +1,173 @@
+#include "tune/library.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "compile/compiler.h"
+#include "core/error.h"
+#include "tune/results_db.h"
+
+namespace kforge {
+
+namespace fs = std::filesystem;
+
+std::vector<KernelFile> library_files(const std::string& op, const std::string& backend) {
+  const fs::path dir = library_kernels_dir() / op;
+  std::vector<fs::path> paths;
+  if (fs::is_directory(dir)) {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const auto ext = entry.path().extension();
+      if ((backend == "cuda" && ext == ".cu") || (backend == "cpu" && ext == ".cpp")) {
+        paths.push_back(entry.path());
+      }
+    }
+  }
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) {
+    throw UsageError(fmt::format("no {} kernel files for {} in {}", backend, op, dir.string()));
+  }
+  std::vector<KernelFile> files;
+  for (const auto& p : paths) {
+    files.push_back(KernelFile::load(p));
+    if (files.back().op != op) {
+      throw UsageError(
+          fmt::format("{} implements '{}', not '{}'", p.string(), files.back().op, op));
+    }
+  }
+  return files;
+}
+
+std::string file_name_slug(std::string text) {
+  for (char& c : text) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  }
+  return text;
+}
+
+fs::path tuned_table_path(const std::string& op, DType dtype, const std::string& device_key) {
+  return library_kernels_dir() / op / "tuned" /
+         fmt::format("{}-{}.json", dtype_name(dtype), file_name_slug(device_key));
+}
+
+std::string LibraryChoice::describe() const {
+  switch (source) {
+    case Source::exact_size:
+      return fmt::format("tuned at {}", tuned_shape);
+    case Source::nearest_size:
+      return fmt::format("tuned at {} (the nearest tuned size)", tuned_shape);
+    case Source::defaults:
+      break;
+  }
+  return table.empty() ? "defaults (no tuned table for this dtype and device)"
+                       : "defaults (no tuned size applies)";
+}
+
+nlohmann::json LibraryChoice::to_json() const {
+  static constexpr const char* kSourceNames[] = {"exact_size", "nearest_size", "defaults"};
+  nlohmann::json j = {{"file", file.string()},
+                      {"params", params},
+                      {"source", kSourceNames[static_cast<int>(source)]},
+                      {"describe", describe()}};
+  if (!tuned_shape.empty()) j["tuned_shape"] = tuned_shape;
+  if (tuned_median_us) j["tuned_median_us"] = *tuned_median_us;
+  if (!table.empty()) j["table"] = table.string();
+  return j;
+}
+
+namespace {
+
+// Sum over size names of |log(a / b)|: 0 for equal problems, growing with every factor of
+// difference in any dimension. Sizes missing from either side count as far apart.
+double size_distance(const Sizes& a, const Sizes& b) {
+  double d = 0;
+  for (const auto& [name, value] : a) {
+    const auto it = b.find(name);
+    if (it == b.end() || value <= 0 || it->second <= 0) return std::numeric_limits<double>::max();
+    d += std::abs(std::log(static_cast<double>(value) / static_cast<double>(it->second)));
+  }
+  return d;
+}
+
+// `params` as a complete, valid tuning of `file`: every name a tunable of the file, every value
+// one of its candidates, every requirement true at `sizes` on `device`. Empty when not.
+std::optional<ParamValues> valid_params(const KernelFile& file, const nlohmann::json& params,
+                                        const Sizes& sizes, DType dtype, const DeviceInfo& device) {
+  ParamValues values;
+  for (const auto& [name, value] : params.items()) {
+    const auto p = std::find_if(file.params.begin(), file.params.end(),
+                                [&](const TunableParam& t) { return t.name == name; });
+    if (p == file.params.end() || !value.is_number_integer()) return std::nullopt;
+    const long long v = value.get<long long>();
+    if (std::find(p->candidates.begin(), p->candidates.end(), v) == p->candidates.end()) {
+      return std::nullopt;
+    }
+    values[name] = v;
+  }
+  Bindings bindings = device.limits();
+  bindings["elem_bytes"] = static_cast<long long>(dtype_size(dtype));
+  for (const auto& [name, value] : sizes)
+    bindings[name] = value;
+  const ParamValues all = file.with_derived(file.resolve_params(values), bindings);
+  for (const auto& [name, value] : all)
+    bindings[name] = value;
+  for (const auto& req : file.requirements) {
+    if (req.expression.evaluate(bindings) == 0) return std::nullopt;
+  }
+  return values;
+}
+
+}  // namespace
+
+LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
+                             const DeviceInfo& device) {
+  const std::string backend = device.backend;
+  const std::vector<KernelFile> files = library_files(std::string(op.name()), backend);
+  LibraryChoice choice;
+  choice.file = library_kernels_dir() / starter_kernel(op.name(), backend == "cuda");
+
+  const fs::path table_path = tuned_table_path(std::string(op.name()), dtype, device_key(device));
+  if (!fs::exists(table_path)) return choice;
+  choice.table = table_path;
+  nlohmann::json table;
+  try {
+    std::ifstream in(table_path);
+    table = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{}: not a tuned table: {}", table_path.string(), e.what()));
+  }
+
+  // Rows nearest first; the first whose file exists and whose parameters are valid here wins.
+  std::vector<std::pair<double, const nlohmann::json*>> rows;
+  for (const auto& row : table.value("sizes", nlohmann::json::array())) {
+    if (!row.contains("file") || row.at("file").is_null() || !row.contains("sizes")) continue;
+    if (!row.value("final_check", std::string()).starts_with("PASS")) continue;
+    Sizes row_sizes = row.at("sizes").get<Sizes>();
+    rows.emplace_back(size_distance(sizes, row_sizes), &row);
+  }
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [distance, row] : rows) {
+    if (distance == std::numeric_limits<double>::max()) break;
+    const std::string name = row->at("file").get<std::string>();
+    const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
+      return f.path.filename().string() == name;
+    });
+    if (file == files.end()) continue;
+    const auto params = valid_params(*file, row->at("params"), sizes, dtype, device);
+    if (!params) continue;
+    choice.file = file->path;
+    choice.params = *params;
+    choice.source =
+        distance == 0 ? LibraryChoice::Source::exact_size : LibraryChoice::Source::nearest_size;
+    choice.tuned_shape = row->value("shape", std::string());
+    if (row->contains("time_us")) choice.tuned_median_us = row->at("time_us").get<double>();
+    return choice;
+  }
+  return choice;
+}
+
+}  // namespace kforge

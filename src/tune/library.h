@@ -1,0 +1,56 @@
+// The op library: which kernel file and parameters kforge runs for a problem.
+//
+// An op's library is its kernel files (kernels/<op>/*.cu for CUDA, *.cpp for the CPU) plus the
+// size -> variant tables that `kforge tune --sizes all` writes to kernels/<op>/tuned/, one per
+// dtype and device. A problem gets, in order of preference:
+//   1. the table row for its exact sizes (tuned for this problem on this device);
+//   2. the table row of the nearest tuned size (sizes compared on a log scale), when that
+//      variant's requirements hold at the new sizes;
+//   3. the defaults of the op's starter file.
+// Every library variant is correct at every size (the files' own fallbacks see to it), so a
+// choice only ever costs speed, never correctness.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compile/kernel_file.h"
+#include "device/backend.h"
+#include "ops/op_spec.h"
+
+namespace kforge {
+
+// Every library kernel file of `op` for `backend` ("cuda" or "cpu"), sorted by path. Throws
+// UsageError when there is none or a file implements another op.
+std::vector<KernelFile> library_files(const std::string& op, const std::string& backend);
+
+// Where `kforge tune --sizes all` keeps an op's table for a dtype and device, and where the
+// library looks for it.
+std::filesystem::path tuned_table_path(const std::string& op, DType dtype,
+                                       const std::string& device_key);
+
+// "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200--cc-9-0-": safe in a file name.
+std::string file_name_slug(std::string text);
+
+struct LibraryChoice {
+  std::filesystem::path file;
+  ParamValues params;  // the tunables to compile with; missing ones take the file's defaults
+  enum class Source { exact_size, nearest_size, defaults } source = Source::defaults;
+  std::string tuned_shape;                // the table row used, for exact/nearest
+  std::optional<double> tuned_median_us;  // its time when it was tuned
+  std::filesystem::path table;            // the table consulted, if any
+
+  // "tuned at 8192x8192", "tuned at 4096x4096 (nearest)", "defaults (no table for ...)".
+  std::string describe() const;
+  nlohmann::json to_json() const;
+};
+
+// The library's variant for `sizes` in `dtype` on `device`.
+LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
+                             const DeviceInfo& device);
+
+}  // namespace kforge
