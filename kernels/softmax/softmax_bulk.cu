@@ -21,9 +21,9 @@
  * require: WARPS_PER_ROW == 1 || ROW_GROUPS <= 15
  * # Every group gets the same number of rows of a full stage.
  * require: ROWS_PER_STAGE % ROW_GROUPS == 0
- * # Registers: EXP_PACKS * VEC floats of exps per thread, plus about 56 others, within what
+ * # Registers: EXP_PACKS * VEC floats of exps per thread, plus about 48 others, within what
  * # a block of BLOCK_THREADS may hold (at most 255 per thread).
- * require: EXP_PACKS * VEC <= min(192, 65536 / BLOCK_THREADS - 56)
+ * require: EXP_PACKS * VEC <= min(192, 65536 / BLOCK_THREADS - 48)
  * threads: BLOCK_THREADS
  * shared_bytes: min(STAGES, (max_shared_per_block - 1024) / ((min(ROWS_PER_STAGE, rows) * cols * elem_bytes + 31) / 16 * 16)) * ((min(ROWS_PER_STAGE, rows) * cols * elem_bytes + 31) / 16 * 16)
  */
