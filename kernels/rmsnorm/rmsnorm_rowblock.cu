@@ -8,11 +8,13 @@
  * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
  * param: UNROLL = 4 in {1, 2, 4}
  * param: CACHE_HINTS = 0 in {0, 1}
+ * param: EARLY_WEIGHT = 0 in {0, 1}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
  * require: BLOCK_THREADS <= max_threads_per_block
  * require: ROW_PACKS == 0 || UNROLL == 1
+ * require: ROW_PACKS > 0 || EARLY_WEIGHT == 0
  * # With a known N, keep only the smallest ROW_PACKS whose registers hold the row.
  * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= N
  * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < N
@@ -61,6 +63,9 @@
 //                   reads it back here; the last read of x (pass 2, or the only read in
 //                   single-read mode) is marked as last use (__ldcs). Pass 1 reads normally so
 //                   the row stays in L2 for pass 2. Keeps L2 for data that is reused.
+//   EARLY_WEIGHT    single-read only: 1 loads this thread's weight packs before the row's
+//                   reduction instead of after it, so their (L2) latency overlaps the
+//                   reduction rather than adding to the block's lifetime; costs registers.
 #include <cstdint>
 #include <cstring>
 
@@ -191,31 +196,34 @@ __device__ __forceinline__ float add_squares(float sum_sq, const ElemPack<kVec>&
   return sum_sq;
 }
 
+// y for a pack of x and its pack of weight.
+template <int kVec>
+__device__ __forceinline__ ElemPack<kVec> scale_pack(const ElemPack<kVec>& xp,
+                                                     const ElemPack<kVec>& wp, float inv_rms) {
+  ElemPack<kVec> yp;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    yp.v[k] = kf_from_float<kf_elem>(kf_to_float(xp.v[k]) * inv_rms * kf_to_float(wp.v[k]));
+  }
+  return yp;
+}
+
 // y for the pack of x whose first element is row element `first`. kWeightInPacks: `first` is
 // a multiple of kVec and weight is vector-aligned, so weight comes in one vector load.
 template <int kVec, bool kWeightInPacks>
 __device__ __forceinline__ ElemPack<kVec> normalize_pack(const ElemPack<kVec>& xp,
                                                          const kf_elem* __restrict__ weight,
                                                          int first, float inv_rms) {
-  float w[kVec];
+  ElemPack<kVec> wp;
   if constexpr (kWeightInPacks) {
-    const ElemPack<kVec> wp = *reinterpret_cast<const ElemPack<kVec>*>(weight + first);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      w[k] = kf_to_float(wp.v[k]);
-    }
+    wp = *reinterpret_cast<const ElemPack<kVec>*>(weight + first);
   } else {
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      w[k] = kf_to_float(weight[first + k]);
+      wp.v[k] = weight[first + k];
     }
   }
-  ElemPack<kVec> yp;
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) {
-    yp.v[k] = kf_from_float<kf_elem>(kf_to_float(xp.v[k]) * inv_rms * w[k]);
-  }
-  return yp;
+  return scale_pack(xp, wp, inv_rms);
 }
 
 __device__ __forceinline__ kf_elem normalize_element(float x, float inv_rms, kf_elem weight) {
@@ -286,6 +294,19 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
     if (has_head) x_head = kf_to_float(load<kStreamingHints>(x_row + thread_in_group));
     if (has_tail) x_tail = kf_to_float(load<kStreamingHints>(x_row + tail_index));
 
+    // With EARLY_WEIGHT, weight packs are loaded now, while the reduction runs.
+    constexpr bool kEarlyWeight = EARLY_WEIGHT != 0 && kWeightInPacks;
+    Pack ws[kEarlyWeight ? kRowPacks : 1];
+    if constexpr (kEarlyWeight) {
+      if (has_row) {
+#pragma unroll
+        for (int i = 0; i < kRowPacks; ++i) {
+          const int p = thread_in_group + i * kGroupThreads;
+          if (p < packs) ws[i] = *reinterpret_cast<const Pack*>(weight + head + p * kVec);
+        }
+      }
+    }
+
     float sum_sq = 0.0f;
     if (has_row) {
 #pragma unroll
@@ -302,7 +323,10 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < kRowPacks; ++i) {
       const int p = thread_in_group + i * kGroupThreads;
-      if (p < packs) {
+      if (p >= packs) continue;
+      if constexpr (kEarlyWeight) {
+        store<kStreamingHints>(y_packs + p, scale_pack(xs[i], ws[i], inv_rms));
+      } else {
         store<kStreamingHints>(y_packs + p, normalize_pack<kVec, kWeightInPacks>(
                                                 xs[i], weight, head + p * kVec, inv_rms));
       }
