@@ -116,55 +116,90 @@ class RandomSearch final : public StrategyBase {
   size_t next_ = 0;
 };
 
-// Iterated local search. From the file's defaults, try the neighbours of the current point
-// (one tunable changed) in random order and move to any that is faster; when a point has no
-// untried neighbour left, it is a local optimum: jump to a random walk of a few steps from the
-// best point found so far and climb again from there.
+// Iterated local search, one climber per kernel file. A climber starts from its file's
+// defaults, tries the neighbours of its current point (one tunable changed) in random order and
+// moves to any that is faster; when a point has no untried neighbour left, it is a local
+// optimum: the climber jumps to a random walk of a few steps from its best point and climbs
+// again. Neighbours never leave a file (tunables differ between files), so files with
+// fundamentally different strategies each get a climber, and proposals go round-robin between
+// them: the budget is shared evenly and no file is judged by one point.
 class LocalSearch final : public StrategyBase {
  public:
-  LocalSearch(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {}
+  LocalSearch(const SearchSpace& space, uint64_t seed)
+      : StrategyBase(space, seed), climbers_(space.files().size()) {}
 
   std::optional<size_t> propose() override {
-    if (!current_) {
-      auto start = default_start();
-      if (!start) start = random_unproposed();
-      if (!start) return std::nullopt;
-      move_to(*start);
-      return mark(*start);
+    for (size_t tried = 0; tried < climbers_.size(); ++tried) {
+      const size_t file = next_file_;
+      next_file_ = (next_file_ + 1) % climbers_.size();
+      if (const auto p = propose_in(file)) {
+        ++climbers_[file].proposed;
+        return mark(*p);
+      }
     }
-    while (!queue_.empty()) {
-      const size_t n = queue_.back();
-      queue_.pop_back();
-      if (!was_proposed(n)) return mark(n);
-    }
-    // The neighbourhood is exhausted. Wait for its results: one of them may move us.
-    if (outstanding() > 0) return std::nullopt;
-    const auto jump = perturbed_best();
-    if (!jump) return std::nullopt;
-    move_to(*jump);
-    return mark(*jump);
+    return std::nullopt;
   }
 
   void observe(size_t p, double cost) override {
     record(p, cost);
-    if (p == *current_) {
-      current_cost_ = cost;
-    } else if (cost < current_cost_) {
-      current_cost_ = cost;
-      move_to(p);
+    Climber& c = climbers_[static_cast<size_t>(space_.point(p).file)];
+    ++c.observed;
+    if (cost < c.best_cost) {
+      c.best_cost = cost;
+      c.best = p;
+    }
+    if (p == c.current) {
+      c.current_cost = cost;
+    } else if (cost < c.current_cost) {
+      c.current_cost = cost;
+      move_to(c, p);
     }
   }
 
  private:
-  void move_to(size_t p) {
-    current_ = p;
-    current_cost_ = observed(p) ? cost_[p] : std::numeric_limits<double>::infinity();
-    queue_ = space_.neighbors(p);
-    shuffle(queue_);
+  struct Climber {
+    bool started = false;
+    size_t current = 0;
+    double current_cost = std::numeric_limits<double>::infinity();
+    std::vector<size_t> queue;  // untried neighbours of `current`
+    std::optional<size_t> best;
+    double best_cost = std::numeric_limits<double>::infinity();
+    size_t proposed = 0;
+    size_t observed = 0;
+  };
+
+  std::optional<size_t> propose_in(size_t file) {
+    Climber& c = climbers_[file];
+    if (!c.started) {
+      c.started = true;
+      auto start = space_.default_point(static_cast<int>(file));
+      if (!start || was_proposed(*start)) start = random_unproposed_in(file);
+      if (!start) return std::nullopt;
+      move_to(c, *start);
+      return start;
+    }
+    while (!c.queue.empty()) {
+      const size_t n = c.queue.back();
+      c.queue.pop_back();
+      if (!was_proposed(n)) return n;
+    }
+    // The neighbourhood is exhausted. Wait for its results: one of them may move the climber.
+    if (c.proposed > c.observed) return std::nullopt;
+    const auto jump = perturbed_best(c, file);
+    if (!jump) return std::nullopt;
+    move_to(c, *jump);
+    return jump;
   }
 
-  std::optional<size_t> perturbed_best() {
-    const size_t from = best_ ? *best_ : *current_;
+  void move_to(Climber& c, size_t p) {
+    c.current = p;
+    c.current_cost = observed(p) ? cost_[p] : std::numeric_limits<double>::infinity();
+    c.queue = space_.neighbors(p);
+    shuffle(c.queue);
+  }
+
+  std::optional<size_t> perturbed_best(const Climber& c, size_t file) {
+    const size_t from = c.best ? *c.best : c.current;
     for (int attempt = 0; attempt < 32; ++attempt) {
       size_t p = from;
       const int steps = 2 + static_cast<int>(uniform_index(2));
@@ -175,12 +210,21 @@ class LocalSearch final : public StrategyBase {
       }
       if (!was_proposed(p)) return p;
     }
-    return random_unproposed();
+    return random_unproposed_in(file);
   }
 
-  std::optional<size_t> current_;
-  double current_cost_ = std::numeric_limits<double>::infinity();
-  std::vector<size_t> queue_;
+  // A point of `file` nobody proposed yet, uniformly among them (a scan from a random start).
+  std::optional<size_t> random_unproposed_in(size_t file) {
+    const size_t start = uniform_index(space_.size());
+    for (size_t i = 0; i < space_.size(); ++i) {
+      const size_t p = (start + i) % space_.size();
+      if (!was_proposed(p) && static_cast<size_t>(space_.point(p).file) == file) return p;
+    }
+    return std::nullopt;
+  }
+
+  std::vector<Climber> climbers_;
+  size_t next_file_ = 0;
 };
 
 // A steady-state evolutionary algorithm: a population of the best points seen; each proposal
