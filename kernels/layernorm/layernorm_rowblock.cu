@@ -4,11 +4,17 @@
  * dtypes: f16, bf16, f32
  * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
  * param: VEC = 4 in {1, 2, 4, 8}
- * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8}
+ * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32}
+ * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
  * require: BLOCK_THREADS <= max_threads_per_block
+ * require: ROW_PACKS == 0 || VEC > 1
+ * # With a known dim, keep only the smallest ROW_PACKS whose registers hold the row.
+ * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= dim
+ * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < dim
+ * threads: BLOCK_THREADS
  */
 // LayerNorm with one group of whole warps per row; mean and variance by Chan's parallel
 // merge of (count, mean, M2) on shifted data.
@@ -31,11 +37,22 @@
 // cache. When the x and y bases are not both vector-aligned, the whole row is read with
 // scalar accesses.
 //
+// Single read (ROW_PACKS = k > 0): each thread keeps its share of the row in registers, up to
+// k packs of VEC elements, all loaded at once, so x leaves memory once and every load is in
+// flight together. The statistics are then exact two-pass sums from registers on the shifted
+// values: the mean of d (one group reduction), then sum (d - mean)^2 (a second one); no Chan
+// merges, which cost a division per pack. The row must fit (dim <= k * VEC * group threads)
+// and the bases must be vector-aligned; otherwise the host launches the two-pass kernel, so
+// every variant is correct at every size.
+//
 // Tunables:
 //   BLOCK_THREADS   threads per block.
 //   VEC             elements per vector load/store (VEC * elem_bytes <= 16).
 //   ROWS_PER_BLOCK  rows per block; more than one keeps short rows (dim ~ 128) from leaving
 //                   most of a large block idle.
+//   ROW_PACKS       0: two passes over global memory (Chan merges). k > 0: single read with
+//                   up to k packs per thread in registers; larger k fits longer rows but costs
+//                   registers. With a known dim, only the smallest k that fits is kept.
 #include <cstdint>
 
 #include "kforge/elem_cuda.cuh"
@@ -244,6 +261,139 @@ __global__ void __maxnreg__(kMaxRegisters)
   }
 }
 
+// Sum over the kWarpsPerGroup warps of this thread's group; every thread of the group gets the
+// same value. `slots` is this call's own shared array (one float per warp), so two calls need
+// no barrier between them. Contains a __syncthreads(): every thread of the block must call it.
+__device__ __forceinline__ float group_sum(float value, int group, float (&slots)[kWarps]) {
+  const int lane = threadIdx.x % kWarpSize;
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  if (lane == 0) slots[threadIdx.x / kWarpSize] = value;
+  __syncthreads();
+  value = lane < kWarpsPerGroup ? slots[group * kWarpsPerGroup + lane] : 0.0f;
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+// The single-read kernel: the row in registers, exact two-pass statistics from them. Launched
+// only with vector-aligned bases and rows of at most kRowPacks * kGroupThreads packs.
+// Launch bounds instead of kMaxRegisters: the packs must stay in registers.
+template <int kVec, bool kParamsInPacks, int kRowPacks>
+__global__ void __launch_bounds__(BLOCK_THREADS, 1)
+    layernorm_rowblock_single(const kf_elem* __restrict__ x,       // x: [batch, dim]
+                              const kf_elem* __restrict__ weight,  // weight: [dim]
+                              const kf_elem* __restrict__ bias,    // bias: [dim]
+                              kf_elem* __restrict__ y,             // y: [batch, dim]
+                              int64_t batch, int dim, float eps) {
+  using Pack = ElemPack<kVec>;
+  constexpr int kPackBytes = int(sizeof(Pack));
+  __shared__ float mean_slots[kWarps];
+  __shared__ float m2_slots[kWarps];
+
+  const int group = threadIdx.x / kGroupThreads;
+  const int thread_in_group = threadIdx.x % kGroupThreads;
+  const int64_t row = int64_t(blockIdx.x) * ROWS_PER_BLOCK + group;
+  const bool has_row = row < batch;      // idle groups still join both barriers
+  const kf_elem* x_row = x + row * dim;  // x_row: [dim]
+  kf_elem* y_row = y + row * dim;        // y_row: [dim]
+
+  // The same head / packs / tail split as the two-pass kernel.
+  const int misalignment = int(reinterpret_cast<uintptr_t>(x_row) % kPackBytes);
+  const int head = min(dim, (kPackBytes - misalignment) % kPackBytes / int(sizeof(kf_elem)));
+  const int packs = (dim - head) / kVec;
+  const int tail_index = head + packs * kVec + thread_in_group;
+  const bool has_head = has_row && thread_in_group < head;
+  const bool has_tail = has_row && tail_index < dim;
+  const Pack* x_packs = reinterpret_cast<const Pack*>(x_row + head);  // [packs]
+  Pack* y_packs = reinterpret_cast<Pack*>(y_row + head);              // [packs]
+
+  // Every load first, so all of them are in flight together.
+  Pack xs[kRowPacks];  // xs[i]: pack thread_in_group + i * kGroupThreads of the row
+  if (has_row) {
+#pragma unroll
+    for (int i = 0; i < kRowPacks; ++i) {
+      const int p = thread_in_group + i * kGroupThreads;
+      if (p < packs) xs[i] = x_packs[p];
+    }
+  }
+  const float shift = has_row ? kf_to_float(x_row[0]) : 0.0f;
+  const float d_head = has_head ? kf_to_float(x_row[thread_in_group]) - shift : 0.0f;
+  const float d_tail = has_tail ? kf_to_float(x_row[tail_index]) - shift : 0.0f;
+
+  // Pass 1 over registers: the mean of d = x - shift.
+  float sum = d_head + d_tail;
+#pragma unroll
+  for (int i = 0; i < kRowPacks; ++i) {
+    if (has_row && thread_in_group + i * kGroupThreads < packs) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        sum += kf_to_float(xs[i].v[k]) - shift;
+      }
+    }
+  }
+  const float mean = group_sum(sum, group, mean_slots) / float(dim);
+
+  // Pass 2 over registers: the squared deviations from that mean.
+  float m2 = 0.0f;
+  if (has_head) m2 = fmaf(d_head - mean, d_head - mean, m2);
+  if (has_tail) m2 = fmaf(d_tail - mean, d_tail - mean, m2);
+#pragma unroll
+  for (int i = 0; i < kRowPacks; ++i) {
+    if (has_row && thread_in_group + i * kGroupThreads < packs) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float dev = kf_to_float(xs[i].v[k]) - shift - mean;
+        m2 = fmaf(dev, dev, m2);
+      }
+    }
+  }
+  const float row_m2 = group_sum(m2, group, m2_slots);
+  if (!has_row) return;
+  const float inv_std = rsqrtf(row_m2 / float(dim) + eps);
+
+#pragma unroll
+  for (int i = 0; i < kRowPacks; ++i) {
+    const int p = thread_in_group + i * kGroupThreads;
+    if (p >= packs) continue;
+    float w[kVec], b[kVec];
+    if constexpr (kParamsInPacks) {
+      const Pack wp = reinterpret_cast<const Pack*>(weight)[p];  // head == 0 here
+      const Pack bp = reinterpret_cast<const Pack*>(bias)[p];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        w[k] = kf_to_float(wp.v[k]);
+        b[k] = kf_to_float(bp.v[k]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        w[k] = kf_to_float(weight[head + p * kVec + k]);
+        b[k] = kf_to_float(bias[head + p * kVec + k]);
+      }
+    }
+    Pack yp;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      yp.v[k] = kf_from_float<kf_elem>(
+          normalize(kf_to_float(xs[i].v[k]) - shift, mean, inv_std, w[k], b[k]));
+    }
+    y_packs[p] = yp;
+  }
+  if (has_head) {
+    const int j = thread_in_group;
+    y_row[j] = kf_from_float<kf_elem>(
+        normalize(d_head, mean, inv_std, kf_to_float(weight[j]), kf_to_float(bias[j])));
+  }
+  if (has_tail) {
+    const int j = tail_index;
+    y_row[j] = kf_from_float<kf_elem>(
+        normalize(d_tail, mean, inv_std, kf_to_float(weight[j]), kf_to_float(bias[j])));
+  }
+}
+
 bool is_aligned(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -295,6 +445,20 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   const bool params_in_packs = vectorized && dim % VEC == 0 && is_aligned(w_data, kPackBytes) &&
                                is_aligned(b_data, kPackBytes);
   const dim3 grid(static_cast<unsigned>(blocks));
+  if constexpr (ROW_PACKS > 0) {
+    // A row's vector body has at most dim / VEC packs, so dim <= ROW_PACKS * VEC * group
+    // threads means every row fits in registers.
+    if (VEC > 1 && vectorized && dim <= int64_t(ROW_PACKS) * VEC * kGroupThreads) {
+      if (params_in_packs) {
+        layernorm_rowblock_single<VEC, true, ROW_PACKS><<<grid, BLOCK_THREADS, 0, stream>>>(
+            x_data, w_data, b_data, y_data, batch, int(dim), eps);
+      } else {
+        layernorm_rowblock_single<VEC, false, ROW_PACKS><<<grid, BLOCK_THREADS, 0, stream>>>(
+            x_data, w_data, b_data, y_data, batch, int(dim), eps);
+      }
+      return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+    }
+  }
   if (params_in_packs) {
     layernorm_rowblock<VEC, true>
         <<<grid, BLOCK_THREADS, 0, stream>>>(x_data, w_data, b_data, y_data, batch, int(dim), eps);

@@ -4,7 +4,7 @@
  * dtypes: f16, bf16, f32
  * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
  * param: VEC = 4 in {2, 4, 8}
- * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8}
+ * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32}
  * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
  * param: UNROLL = 2 in {1, 2, 4}
  * param: CACHE_HINTS = 0 in {0, 1}
