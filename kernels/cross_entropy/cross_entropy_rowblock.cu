@@ -53,7 +53,9 @@
 // the losses of the counted rows in a fixed order (each thread a fixed stride of rows, in
 // fp64, then a fixed tree), writes the mean, or NaN when no row counts, and sets the counter
 // back to 0 for the next launch. Launches on one stream run one after another, so one counter
-// serves them all. No atomic touches a value, so results are bit-reproducible.
+// (and one workspace, kept for the module's life: kforge/workspace.cuh) serves them all;
+// calls of one module on two streams at once would share both. No atomic touches a value, so
+// results are bit-reproducible.
 //
 // Rows need not start on a pack boundary (vocab = 50257 is common): each row is split into a
 // scalar head up to the first pack-aligned element, a body of packs and a scalar tail; any
@@ -77,6 +79,7 @@
 #include <cstring>
 
 #include "kforge/elem_cuda.cuh"
+#include "kforge/workspace.cuh"
 
 namespace {
 
@@ -695,27 +698,24 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   // Rows are split at pack boundaries of their own, so any element-aligned base works.
   if (reinterpret_cast<uintptr_t>(x_data) % sizeof(kf_elem) != 0) return KF_ERR_UNSUPPORTED;
 
-  // Per-row losses, stream-ordered so that no synchronization is needed.
+  // Per-row losses in the module's workspace (allocated once, grown in stream order).
+  static kf::Workspace workspace;
   float* row_loss = nullptr;
-  if (batch > 0 && cudaMallocAsync(reinterpret_cast<void**>(&row_loss),
-                                   size_t(batch) * sizeof(float), stream) != cudaSuccess) {
-    cudaGetLastError();  // clear the allocation error so it does not stick to later calls
-    return KF_ERR_OUT_OF_MEMORY;
+  if (batch > 0) {
+    row_loss = static_cast<float*>(workspace.get(size_t(batch) * sizeof(float), stream));
+    if (row_loss == nullptr) return KF_ERR_OUT_OF_MEMORY;
   }
-  // The cp.async ring may need more than the default 48 KB of shared memory per block; set
-  // once per process (the module lives in one process, on one device).
+  // The cp.async ring may take the block past the default 48 KB of shared memory (static
+  // shared memory counts too), so any ring opts in; set once per process (the module lives in one
+  // process, on one device).
   constexpr size_t kRingBytes = size_t(kStages) * UNROLL * BLOCK_THREADS * sizeof(Pack);
   static const bool ring_allowed =
-      kRingBytes <= 48 * 1024 ||
+      kRingBytes == 0 ||
       cudaFuncSetAttribute(cross_entropy_rowblock, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(kRingBytes)) == cudaSuccess;
-  if (!ring_allowed) {
-    if (row_loss != nullptr) cudaFreeAsync(row_loss, stream);
-    return KF_ERR_LAUNCH;
-  }
+  if (!ring_allowed) return KF_ERR_LAUNCH;
   cross_entropy_rowblock<<<dim3(static_cast<unsigned>(blocks)), BLOCK_THREADS, kRingBytes,
                            stream>>>(x_data, t_data, row_loss, loss_data, batch, int(vocab));
   const bool launched = cudaGetLastError() == cudaSuccess;
-  if (row_loss != nullptr && cudaFreeAsync(row_loss, stream) != cudaSuccess) return KF_ERR_LAUNCH;
   return launched ? KF_OK : KF_ERR_LAUNCH;
 }

@@ -85,6 +85,7 @@
 #include <cooperative_groups.h>
 
 #include "kforge/elem_cuda.cuh"
+#include "kforge/workspace.cuh"
 
 namespace {
 
@@ -731,12 +732,13 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   // Rows are split at pack boundaries of their own, so any element-aligned base works.
   if (reinterpret_cast<uintptr_t>(x_data) % sizeof(kf_elem) != 0) return KF_ERR_UNSUPPORTED;
 
-  // Launch setup, once per process (the module lives in one process, on one device): the ring
-  // may need more than the default 48 KB of shared memory per block, and the cluster launch
+  // Launch setup, once per process (the module lives in one process, on one device): any ring
+  // opts in past the default 48 KB of shared memory per block (static shared memory counts
+  // too), and the cluster launch
   // is used only where at least one cluster fits on the device.
   constexpr size_t kRingBytes = size_t(kStages) * UNROLL * BLOCK_THREADS * sizeof(Pack);
   const auto allow_ring = [](const void* kernel) {
-    return kRingBytes <= 48 * 1024 ||
+    return kRingBytes == 0 ||
            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 int(kRingBytes)) == cudaSuccess;
   };
@@ -763,12 +765,12 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
     return fits;
   }();
 
-  // Per-row losses, stream-ordered so that no synchronization is needed.
+  // Per-row losses in the module's workspace (allocated once, grown in stream order).
+  static kf::Workspace workspace;
   float* row_loss = nullptr;
-  if (batch > 0 && cudaMallocAsync(reinterpret_cast<void**>(&row_loss),
-                                   size_t(batch) * sizeof(float), stream) != cudaSuccess) {
-    cudaGetLastError();  // clear the allocation error so it does not stick to later calls
-    return KF_ERR_OUT_OF_MEMORY;
+  if (batch > 0) {
+    row_loss = static_cast<float*>(workspace.get(size_t(batch) * sizeof(float), stream));
+    if (row_loss == nullptr) return KF_ERR_OUT_OF_MEMORY;
   }
 
   bool launched = false;
@@ -795,6 +797,5 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
             x_data, t_data, row_loss, loss_data, batch, int(vocab));
     launched = cudaGetLastError() == cudaSuccess;
   }
-  if (row_loss != nullptr && cudaFreeAsync(row_loss, stream) != cudaSuccess) return KF_ERR_LAUNCH;
   return launched ? KF_OK : KF_ERR_LAUNCH;
 }
