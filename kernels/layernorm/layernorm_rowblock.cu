@@ -6,11 +6,15 @@
  * param: VEC = 4 in {1, 2, 4, 8}
  * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32}
  * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
+ * param: MIN_BLOCKS = 1 in {1, 2, 4, 6, 8}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
  * require: BLOCK_THREADS <= max_threads_per_block
+ * require: BLOCK_THREADS * MIN_BLOCKS <= max_threads_per_sm
  * require: ROW_PACKS == 0 || VEC > 1
+ * # MIN_BLOCKS bounds the single-read kernel only.
+ * require: ROW_PACKS > 0 || MIN_BLOCKS == 1
  * # With a known dim, keep only the smallest ROW_PACKS whose registers hold the row.
  * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= dim
  * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < dim
@@ -53,6 +57,9 @@
 //   ROW_PACKS       0: two passes over global memory (Chan merges). k > 0: single read with
 //                   up to k packs per thread in registers; larger k fits longer rows but costs
 //                   registers. With a known dim, only the smallest k that fits is kept.
+//   MIN_BLOCKS      single-read: blocks per SM the registers must leave room for (the second
+//                   argument of __launch_bounds__): more resident blocks keep more loads in flight
+//                   per SM, too many make ptxas spill (the tuner drops spilling variants).
 #include <cstdint>
 
 #include "kforge/elem_cuda.cuh"
@@ -280,9 +287,10 @@ __device__ __forceinline__ float group_sum(float value, int group, float (&slots
 
 // The single-read kernel: the row in registers, exact two-pass statistics from them. Launched
 // only with vector-aligned bases and rows of at most kRowPacks * kGroupThreads packs.
-// Launch bounds instead of kMaxRegisters: the packs must stay in registers.
+// Launch bounds instead of kMaxRegisters: the packs must stay in registers, and MIN_BLOCKS
+// says how many blocks per SM the registers must allow.
 template <int kVec, bool kParamsInPacks, int kRowPacks>
-__global__ void __launch_bounds__(BLOCK_THREADS, 1)
+__global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
     layernorm_rowblock_single(const kf_elem* __restrict__ x,       // x: [batch, dim]
                               const kf_elem* __restrict__ weight,  // weight: [dim]
                               const kf_elem* __restrict__ bias,    // bias: [dim]

@@ -8,10 +8,12 @@
  * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
  * param: UNROLL = 2 in {1, 2, 4}
  * param: CACHE_HINTS = 0 in {0, 1}
+ * param: MIN_BLOCKS = 1 in {1, 2, 4, 6, 8}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
  * require: BLOCK_THREADS <= max_threads_per_block
+ * require: BLOCK_THREADS * MIN_BLOCKS <= max_threads_per_sm
  * require: ROW_PACKS == 0 || UNROLL == 1
  * # With known cols, keep only the smallest ROW_PACKS whose registers hold the row.
  * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= cols
@@ -62,6 +64,9 @@
 //                   reads it back here; the last read of x (pass 2, or the only read in
 //                   single-read mode) is marked as last use (__ldcs). Pass 1 reads normally so
 //                   the row stays in L2 for pass 2. Keeps L2 for data that is reused.
+//   MIN_BLOCKS      blocks per SM the registers must leave room for (the second argument of
+//                   __launch_bounds__): more resident blocks keep more loads in flight per SM,
+//                   too many make ptxas spill (the tuner drops spilling variants).
 #include <cfloat>
 #include <cstdint>
 #include <cstring>
@@ -291,18 +296,18 @@ __device__ __forceinline__ kf_elem softmax_element(float x, float row_max, float
   return kf_from_float<kf_elem>(expf(x - row_max) * inv_sum);
 }
 
-// Launch bounds: registers stay within what one block of BLOCK_THREADS may hold (65536 /
-// BLOCK_THREADS, at most 255), so every variant can launch. The explicit minimum of one block
-// per SM matters: given the thread count alone, ptxas picks a lower register target of its own
-// to raise occupancy and spills a few bytes in variants that would fit (at 1024 threads, say,
-// 32 registers and a spill where 64 are allowed), and the tuner drops spilling variants. With
-// it, only variants that really need more registers than the block allows spill.
+// Launch bounds: registers stay within what MIN_BLOCKS blocks of BLOCK_THREADS may hold
+// (65536 / (MIN_BLOCKS * BLOCK_THREADS), at most 255), so every variant can launch that many
+// blocks per SM. The minimum must be explicit: given the thread count alone, ptxas picks a
+// register target of its own and spills a few bytes in variants that would fit (at 1024
+// threads, say, 32 registers and a spill where 64 are allowed), and the tuner drops spilling
+// variants. With it, only variants that really need more registers than allowed spill.
 //
 // kVec: elements per pack; 1 is the scalar path, for bases that are not vector-aligned.
 // kRowPacks: 0 for two-pass; k > 0 for single-read, launched only when every row fits, i.e.
 // its vector body has at most k * kGroupThreads packs.
 template <int kVec, int kRowPacks>
-__global__ void __launch_bounds__(BLOCK_THREADS, 1)
+__global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
     softmax_rowblock(const kf_elem* __restrict__ x,  // x: [rows, cols]
                      kf_elem* __restrict__ y,        // y: [rows, cols]
                      int64_t rows, int cols) {
