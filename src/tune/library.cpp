@@ -132,40 +132,43 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
   const fs::path table_path = tuned_table_path(std::string(op.name()), dtype, device_key(device));
   if (!fs::exists(table_path)) return choice;
   choice.table = table_path;
-  nlohmann::json table;
+  // Any JSON error, in the syntax or in the structure (a row without params, sizes that are
+  // not numbers), is the table's: say which file.
   try {
     std::ifstream in(table_path);
-    table = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{}: not a tuned table: {}", table_path.string(), e.what()));
-  }
+    const nlohmann::json table = nlohmann::json::parse(in);
+    // A named copy: `rows` below points into it, so it must outlive the loops.
+    const nlohmann::json table_rows = table.value("sizes", nlohmann::json::array());
 
-  // Rows nearest first; the first whose file exists and whose parameters are valid here wins.
-  std::vector<std::pair<double, const nlohmann::json*>> rows;
-  for (const auto& row : table.value("sizes", nlohmann::json::array())) {
-    if (!row.contains("file") || row.at("file").is_null() || !row.contains("sizes")) continue;
-    if (!row.value("final_check", std::string()).starts_with("PASS")) continue;
-    Sizes row_sizes = row.at("sizes").get<Sizes>();
-    rows.emplace_back(size_distance(sizes, row_sizes), &row);
-  }
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [distance, row] : rows) {
-    if (distance == std::numeric_limits<double>::max()) break;
-    const std::string name = row->at("file").get<std::string>();
-    const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
-      return f.path.filename().string() == name;
-    });
-    if (file == files.end()) continue;
-    const auto params = valid_params(*file, row->at("params"), sizes, dtype, device);
-    if (!params) continue;
-    choice.file = file->path;
-    choice.params = *params;
-    choice.source =
-        distance == 0 ? LibraryChoice::Source::exact_size : LibraryChoice::Source::nearest_size;
-    choice.tuned_shape = row->value("shape", std::string());
-    if (row->contains("time_us")) choice.tuned_median_us = row->at("time_us").get<double>();
-    return choice;
+    // Rows nearest first; the first whose file exists and whose parameters are valid here wins.
+    std::vector<std::pair<double, const nlohmann::json*>> rows;
+    for (const auto& row : table_rows) {
+      if (!row.contains("file") || row.at("file").is_null() || !row.contains("sizes")) continue;
+      if (!row.value("final_check", std::string()).starts_with("PASS")) continue;
+      Sizes row_sizes = row.at("sizes").get<Sizes>();
+      rows.emplace_back(size_distance(sizes, row_sizes), &row);
+    }
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [distance, row] : rows) {
+      if (distance == std::numeric_limits<double>::max()) break;
+      const std::string name = row->at("file").get<std::string>();
+      const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
+        return f.path.filename().string() == name;
+      });
+      if (file == files.end()) continue;
+      const auto params = valid_params(*file, row->at("params"), sizes, dtype, device);
+      if (!params) continue;
+      choice.file = file->path;
+      choice.params = *params;
+      choice.source =
+          distance == 0 ? LibraryChoice::Source::exact_size : LibraryChoice::Source::nearest_size;
+      choice.tuned_shape = row->value("shape", std::string());
+      if (row->contains("time_us")) choice.tuned_median_us = row->at("time_us").get<double>();
+      return choice;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not a tuned table: {}", table_path.string(), e.what()));
   }
   return choice;
 }

@@ -1,0 +1,471 @@
+// The op library without a GPU: where tuned tables live, which kernel file and parameters a
+// problem gets from a table (exact size, nearest size, starter defaults), and `kforge build` on
+// the CPU backend. Every test works in a temporary source tree (KFORGE_INCLUDE_DIR points at its
+// include/), so no table is ever written into the real kernels/ folder.
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "compile/compiler.h"
+#include "core/error.h"
+#include "core/process.h"
+#include "device/backend.h"
+#include "ops/op_spec.h"
+#include "run/verdict.h"
+#include "test_support.h"
+#include "tune/library.h"
+#include "tune/results_db.h"
+
+namespace kforge {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Sets an environment variable for one scope and puts the previous value back.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::string& value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    ::setenv(name_.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream out(path);
+  out << text;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+constexpr const char* kUnrollLine = " * param: UNROLL = 4 in {1, 2, 4, 8}\n";
+
+// A source tree of its own: include/kforge copied from the real one, and kernels/rmsnorm/ with
+// the real CPU starter plus rmsnorm_chunked_cpu.cpp, the same kernel with a second tunable and
+// a size requirement (N % CHUNK == 0), so a tuned row can be invalid at another size.
+fs::path make_library_tree(const std::string& name) {
+  const fs::path real_root = test::source_root();
+  const fs::path root = test::temp_dir(name);
+  fs::create_directories(root / "include");
+  fs::copy(real_root / "include" / "kforge", root / "include" / "kforge",
+           fs::copy_options::recursive);
+  const fs::path op_dir = root / "kernels" / "rmsnorm";
+  fs::create_directories(op_dir);
+  fs::copy_file(real_root / "kernels" / "rmsnorm" / "rmsnorm_cpu.cpp", op_dir / "rmsnorm_cpu.cpp");
+
+  std::string chunked = read_text(real_root / "kernels" / "rmsnorm" / "rmsnorm_cpu.cpp");
+  const size_t at = chunked.find(kUnrollLine);
+  EXPECT_NE(at, std::string::npos) << "rmsnorm_cpu.cpp no longer declares UNROLL as expected";
+  if (at != std::string::npos) {
+    chunked.insert(at + std::string(kUnrollLine).size(),
+                   " * param: CHUNK = 256 in {256, 1024, 4096}\n"
+                   " * require: N % CHUNK == 0\n");
+  }
+  write_text(op_dir / "rmsnorm_chunked_cpu.cpp", chunked);
+  return root;
+}
+
+Sizes mn(int64_t m, int64_t n) {
+  return {{"M", m}, {"N", n}};
+}
+
+// One row as `kforge tune --sizes all` writes it.
+json table_row(int64_t m, int64_t n, const std::string& file, const json& params, double time_us,
+               const std::string& final_check = "PASS (seed 1)") {
+  return {{"shape", std::to_string(m) + "x" + std::to_string(n)},
+          {"sizes", mn(m, n)},
+          {"file", file},
+          {"params", params},
+          {"variant_key", "test"},
+          {"time_us", time_us},
+          {"final_check", final_check}};
+}
+
+// Writes the rmsnorm f32 table for this machine's CPU (in the tree KFORGE_INCLUDE_DIR names).
+fs::path write_table(const std::vector<json>& rows) {
+  const std::string key = device_key(cpu_device_info());
+  const fs::path path = tuned_table_path("rmsnorm", DType::f32, key);
+  write_text(path, json{{"op", "rmsnorm"},
+                        {"dtype", "f32"},
+                        {"device", key},
+                        {"strategy", "exhaustive"},
+                        {"sizes", rows}}
+                       .dump(2));
+  return path;
+}
+
+TEST(LibraryPaths, FileNameSlugKeepsOnlyLettersAndDigits) {
+  EXPECT_EQ(file_name_slug("NVIDIA H200 (cc 9.0)"), "NVIDIA-H200--cc-9-0-");
+  EXPECT_EQ(file_name_slug("cpu: AMD EPYC 9654 96-Core Processor"),
+            "cpu--AMD-EPYC-9654-96-Core-Processor");
+  EXPECT_EQ(file_name_slug("a_b/c\\d"), "a-b-c-d");
+  EXPECT_EQ(file_name_slug("H100"), "H100");
+  EXPECT_EQ(file_name_slug(""), "");
+}
+
+TEST(LibraryPaths, TunedTablePathIsUnderTheKernelsTree) {
+  const ScopedEnv env("KFORGE_INCLUDE_DIR", "/opt/kforge-src/include");
+  EXPECT_EQ(tuned_table_path("softmax", DType::bf16, "NVIDIA H200 (cc 9.0)").string(),
+            "/opt/kforge-src/kernels/softmax/tuned/bf16-NVIDIA-H200--cc-9-0-.json");
+  EXPECT_EQ(tuned_table_path("rmsnorm", DType::f32, "cpu: Test CPU").string(),
+            "/opt/kforge-src/kernels/rmsnorm/tuned/f32-cpu--Test-CPU.json");
+  const std::string key = device_key(cpu_device_info());
+  EXPECT_EQ(key.rfind("cpu: ", 0), 0u) << key;
+  EXPECT_EQ(tuned_table_path("rmsnorm", DType::f16, key).filename().string(),
+            "f16-" + file_name_slug(key) + ".json");
+}
+
+// Each test gets a fresh tree and KFORGE_INCLUDE_DIR pointing into it.
+class LibraryChoiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = make_library_tree(std::string("library-") + info->name());
+    env_.emplace("KFORGE_INCLUDE_DIR", (root_ / "include").string());
+    ASSERT_EQ(library_kernels_dir(), root_ / "kernels");
+  }
+  void TearDown() override { env_.reset(); }
+
+  LibraryChoice choose(const Sizes& sizes, DType dtype = DType::f32) const {
+    return library_choice(*find_op("rmsnorm"), sizes, dtype, cpu_device_info());
+  }
+  fs::path kernel(const std::string& name) const { return root_ / "kernels" / "rmsnorm" / name; }
+
+  fs::path root_;
+  std::optional<ScopedEnv> env_;
+};
+
+TEST_F(LibraryChoiceTest, LibraryFilesAreTheOpsFilesForTheBackend) {
+  const std::vector<KernelFile> files = library_files("rmsnorm", "cpu");
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].path, kernel("rmsnorm_chunked_cpu.cpp"));
+  EXPECT_EQ(files[1].path, kernel("rmsnorm_cpu.cpp"));
+  ASSERT_EQ(files[0].params.size(), 2u);
+  EXPECT_EQ(files[0].requirements.size(), 1u);
+  // The tree has no CUDA files and no softmax folder.
+  EXPECT_THROW(library_files("rmsnorm", "cuda"), UsageError);
+  EXPECT_THROW(library_files("softmax", "cpu"), UsageError);
+}
+
+TEST_F(LibraryChoiceTest, NoTableGivesTheStarterDefaults) {
+  const LibraryChoice c = choose(mn(4096, 4096));
+  EXPECT_EQ(c.file, root_ / "kernels" / starter_kernel("rmsnorm", false));
+  EXPECT_EQ(c.file, kernel("rmsnorm_cpu.cpp"));
+  EXPECT_TRUE(c.params.empty());
+  EXPECT_EQ(c.source, LibraryChoice::Source::defaults);
+  EXPECT_EQ(c.tuned_shape, "");
+  EXPECT_FALSE(c.tuned_median_us.has_value());
+  EXPECT_TRUE(c.table.empty());
+  EXPECT_EQ(c.describe(), "defaults (no tuned table for this dtype and device)");
+  const json j = c.to_json();
+  EXPECT_EQ(j.at("source"), "defaults");
+  EXPECT_EQ(j.at("file"), kernel("rmsnorm_cpu.cpp").string());
+  EXPECT_EQ(j.at("params"), json::object());
+  EXPECT_FALSE(j.contains("table"));
+  EXPECT_FALSE(j.contains("tuned_shape"));
+  EXPECT_FALSE(j.contains("tuned_median_us"));
+}
+
+TEST_F(LibraryChoiceTest, ExactSizeTakesThatRow) {
+  const fs::path table = write_table(
+      {table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5),
+       table_row(1024, 768, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 2}, {"CHUNK", 256}}, 10.25)});
+  EXPECT_EQ(table.parent_path(), root_ / "kernels" / "rmsnorm" / "tuned");
+
+  const LibraryChoice big = choose(mn(4096, 4096));
+  EXPECT_EQ(big.file, kernel("rmsnorm_cpu.cpp"));
+  EXPECT_EQ(big.params, (ParamValues{{"UNROLL", 8}}));
+  EXPECT_EQ(big.source, LibraryChoice::Source::exact_size);
+  EXPECT_EQ(big.tuned_shape, "4096x4096");
+  ASSERT_TRUE(big.tuned_median_us.has_value());
+  EXPECT_DOUBLE_EQ(*big.tuned_median_us, 120.5);
+  EXPECT_EQ(big.table, table);
+  EXPECT_EQ(big.describe(), "tuned at 4096x4096");
+  const json j = big.to_json();
+  EXPECT_EQ(j.at("source"), "exact_size");
+  EXPECT_EQ(j.at("params"), (json{{"UNROLL", 8}}));
+  EXPECT_EQ(j.at("tuned_shape"), "4096x4096");
+  EXPECT_DOUBLE_EQ(j.at("tuned_median_us").get<double>(), 120.5);
+  EXPECT_EQ(j.at("table"), table.string());
+
+  const LibraryChoice small = choose(mn(1024, 768));
+  EXPECT_EQ(small.file, kernel("rmsnorm_chunked_cpu.cpp"));
+  EXPECT_EQ(small.params, (ParamValues{{"CHUNK", 256}, {"UNROLL", 2}}));
+  EXPECT_EQ(small.source, LibraryChoice::Source::exact_size);
+  EXPECT_EQ(small.tuned_shape, "1024x768");
+  EXPECT_DOUBLE_EQ(small.tuned_median_us.value_or(-1), 10.25);
+
+  // The table is for f32 only: bf16 has none.
+  const LibraryChoice bf16 = choose(mn(4096, 4096), DType::bf16);
+  EXPECT_EQ(bf16.source, LibraryChoice::Source::defaults);
+  EXPECT_EQ(bf16.file, kernel("rmsnorm_cpu.cpp"));
+  EXPECT_TRUE(bf16.params.empty());
+  EXPECT_TRUE(bf16.table.empty());
+}
+
+TEST_F(LibraryChoiceTest, OtherSizesTakeTheNearestRowOnALogScale) {
+  write_table(
+      {table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5),
+       table_row(1024, 768, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 2}, {"CHUNK", 256}}, 10.25)});
+
+  // |log(2048/4096)| = 0.69 against |log(2048/1024)| + |log(4096/768)| = 2.37.
+  const LibraryChoice c = choose(mn(2048, 4096));
+  EXPECT_EQ(c.file, kernel("rmsnorm_cpu.cpp"));
+  EXPECT_EQ(c.params, (ParamValues{{"UNROLL", 8}}));
+  EXPECT_EQ(c.source, LibraryChoice::Source::nearest_size);
+  EXPECT_EQ(c.tuned_shape, "4096x4096");
+  EXPECT_DOUBLE_EQ(c.tuned_median_us.value_or(-1), 120.5);
+  EXPECT_EQ(c.describe(), "tuned at 4096x4096 (the nearest tuned size)");
+  EXPECT_EQ(c.to_json().at("source"), "nearest_size");
+
+  // 1024x1024: 0.29 from 1024x768, 2.77 from 4096x4096; N % 256 == 0 holds.
+  const LibraryChoice d = choose(mn(1024, 1024));
+  EXPECT_EQ(d.file, kernel("rmsnorm_chunked_cpu.cpp"));
+  EXPECT_EQ(d.params, (ParamValues{{"CHUNK", 256}, {"UNROLL", 2}}));
+  EXPECT_EQ(d.source, LibraryChoice::Source::nearest_size);
+  EXPECT_EQ(d.tuned_shape, "1024x768");
+
+  // A size far larger than any row still takes the nearest one.
+  const LibraryChoice e = choose(mn(65536, 16384));
+  EXPECT_EQ(e.source, LibraryChoice::Source::nearest_size);
+  EXPECT_EQ(e.tuned_shape, "4096x4096");
+}
+
+TEST_F(LibraryChoiceTest, RowWhoseRequirementFailsAtTheNewSizeIsSkipped) {
+  write_table(
+      {table_row(4096, 4096, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 4}, {"CHUNK", 4096}}, 100.0),
+       table_row(1024, 768, "rmsnorm_cpu.cpp", {{"UNROLL", 2}}, 10.0)});
+
+  // 4096x1024: 1.39 from 4096x4096, 1.67 from 1024x768; but 1024 % 4096 != 0.
+  const LibraryChoice c = choose(mn(4096, 1024));
+  EXPECT_EQ(c.file, kernel("rmsnorm_cpu.cpp"));
+  EXPECT_EQ(c.params, (ParamValues{{"UNROLL", 2}}));
+  EXPECT_EQ(c.source, LibraryChoice::Source::nearest_size);
+  EXPECT_EQ(c.tuned_shape, "1024x768");
+  EXPECT_DOUBLE_EQ(c.tuned_median_us.value_or(-1), 10.0);
+
+  // Where the requirement holds, the nearest row stands.
+  const LibraryChoice d = choose(mn(8192, 8192));
+  EXPECT_EQ(d.file, kernel("rmsnorm_chunked_cpu.cpp"));
+  EXPECT_EQ(d.params, (ParamValues{{"CHUNK", 4096}, {"UNROLL", 4}}));
+  EXPECT_EQ(d.source, LibraryChoice::Source::nearest_size);
+  EXPECT_EQ(d.tuned_shape, "4096x4096");
+}
+
+TEST_F(LibraryChoiceTest, NoRowValidAtTheNewSizeGivesDefaults) {
+  const fs::path table = write_table(
+      {table_row(4096, 4096, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 4}, {"CHUNK", 4096}}, 100.0)});
+  const LibraryChoice c = choose(mn(4096, 1024));
+  EXPECT_EQ(c.source, LibraryChoice::Source::defaults);
+  EXPECT_EQ(c.file, kernel("rmsnorm_cpu.cpp"));
+  EXPECT_TRUE(c.params.empty());
+  EXPECT_EQ(c.tuned_shape, "");
+  EXPECT_FALSE(c.tuned_median_us.has_value());
+  EXPECT_EQ(c.table, table);
+  EXPECT_EQ(c.describe(), "defaults (no tuned size applies)");
+  EXPECT_EQ(c.to_json().at("table"), table.string());
+
+  // The same row at its own size is valid.
+  EXPECT_EQ(choose(mn(4096, 4096)).source, LibraryChoice::Source::exact_size);
+}
+
+TEST_F(LibraryChoiceTest, UncheckedUnknownAndOutOfRangeRowsAreIgnored) {
+  // Every row but the last is nearer to 4096x4096, and every one is unusable.
+  const std::vector<json> unusable = {
+      {{"shape", "4096x4096"}, {"sizes", mn(4096, 4096)}, {"file", nullptr}},  // none passed
+      table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 50.0, "FAIL: mismatch at [0, 3]"),
+      table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 50.0, "not checked (replay)"),
+      table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 50.0, ""),
+      table_row(2048, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 16}}, 50.0),         // not a candidate
+      table_row(4096, 2048, "rmsnorm_cpu.cpp", {{"BLOCK", 128}}, 50.0),         // unknown name
+      table_row(4096, 8192, "rmsnorm_cpu.cpp", {{"UNROLL", "8"}}, 50.0),        // not an integer
+      table_row(8192, 4096, "rmsnorm_removed_cpu.cpp", {{"UNROLL", 2}}, 50.0),  // no such file
+      table_row(2048, 2048, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 2}, {"CHUNK", 512}}, 50.0),
+  };
+  std::vector<json> rows = unusable;
+  rows.push_back(table_row(1024, 768, "rmsnorm_cpu.cpp", {{"UNROLL", 1}}, 9.0));
+  write_table(rows);
+
+  const LibraryChoice c = choose(mn(4096, 4096));
+  EXPECT_EQ(c.file, kernel("rmsnorm_cpu.cpp"));
+  EXPECT_EQ(c.params, (ParamValues{{"UNROLL", 1}}));
+  EXPECT_EQ(c.source, LibraryChoice::Source::nearest_size);
+  EXPECT_EQ(c.tuned_shape, "1024x768");
+  EXPECT_DOUBLE_EQ(c.tuned_median_us.value_or(-1), 9.0);
+
+  // Without the usable row, nothing applies.
+  write_table(unusable);
+  const LibraryChoice d = choose(mn(4096, 4096));
+  EXPECT_EQ(d.source, LibraryChoice::Source::defaults);
+  EXPECT_TRUE(d.params.empty());
+  EXPECT_EQ(d.describe(), "defaults (no tuned size applies)");
+}
+
+// The error for a table that cannot be read as one names it.
+void expect_table_error(const fs::path& table, const std::function<void()>& choose) {
+  try {
+    choose();
+    ADD_FAILURE() << "no error for the malformed table " << table;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(table.string()), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a kforge::Error: " << e.what();
+  }
+}
+
+TEST_F(LibraryChoiceTest, MalformedTableThrowsAnErrorNamingIt) {
+  const fs::path table = write_table({});
+  const auto choose_big = [&] { choose(mn(4096, 4096)); };
+
+  write_text(table, "{ \"sizes\": [ not json");
+  expect_table_error(table, choose_big);
+
+  // Well-formed JSON that is not a table.
+  write_text(table, "[1, 2, 3]");
+  expect_table_error(table, choose_big);
+  write_text(table, R"({"sizes": [{"shape": "4096x4096", "sizes": {"M": "many", "N": 4096},
+                       "file": "rmsnorm_cpu.cpp", "params": {"UNROLL": 8},
+                       "final_check": "PASS"}]})");
+  expect_table_error(table, choose_big);
+  write_text(table, R"({"sizes": [{"shape": "4096x4096", "sizes": {"M": 4096, "N": 4096},
+                       "file": "rmsnorm_cpu.cpp", "final_check": "PASS"}]})");
+  expect_table_error(table, choose_big);
+}
+
+// Runs the kforge binary with the environment of this process.
+CommandResult run_kforge(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {test::kforge_binary()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, std::chrono::minutes(5));
+}
+
+// `kforge build rmsnorm --sizes all` with a table for two of the five benchmark sizes:
+//   1024x768   defaults   (4096x4096 and 4096x1024 rows need N % CHUNK == 0; 1024x768's row FAILed)
+//   4096x1024  exact      chunked CHUNK=1024, UNROLL=1
+//   4096x4096  exact      chunked CHUNK=4096, UNROLL=8
+//   2048x4096  nearest    4096x4096's row
+//   8192x8192  nearest    4096x4096's row
+TEST(BuildCli, SizesAllBuildsTheLibraryChoiceForEveryBenchSize) {
+  const fs::path root = make_library_tree("build-all");
+  const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
+  const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
+  const fs::path table = write_table(
+      {table_row(4096, 4096, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 8}, {"CHUNK", 4096}}, 50.0),
+       table_row(4096, 1024, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 1}, {"CHUNK", 1024}}, 20.0),
+       table_row(1024, 768, "rmsnorm_cpu.cpp", {{"UNROLL", 2}}, 5.0, "FAIL: mismatch at [3, 7]")});
+  const fs::path manifest_path = root / "manifest.json";
+  const CommandResult r = run_kforge({"build", "rmsnorm", "--sizes", "all", "--dtype", "f32",
+                                      "--backend", "cpu", "--json", manifest_path.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json manifest = json::parse(std::ifstream(manifest_path));
+  EXPECT_EQ(manifest.at("device").at("backend"), "cpu");
+  const json& modules = manifest.at("modules");
+
+  struct Expected {
+    int64_t m, n;
+    std::string source, file, variant, tuned_shape;
+    double tuned_us;
+  };
+  const std::vector<Expected> expected = {
+      {1024, 768, "defaults", "rmsnorm_cpu.cpp", "UNROLL=4", "", 0},
+      {4096, 1024, "exact_size", "rmsnorm_chunked_cpu.cpp", "CHUNK=1024,UNROLL=1", "4096x1024", 20},
+      {4096, 4096, "exact_size", "rmsnorm_chunked_cpu.cpp", "CHUNK=4096,UNROLL=8", "4096x4096", 50},
+      {2048, 4096, "nearest_size", "rmsnorm_chunked_cpu.cpp", "CHUNK=4096,UNROLL=8", "4096x4096",
+       50},
+      {8192, 8192, "nearest_size", "rmsnorm_chunked_cpu.cpp", "CHUNK=4096,UNROLL=8", "4096x4096",
+       50},
+  };
+  const OpSpec& op = *find_op("rmsnorm");
+  ASSERT_EQ(modules.size(), op.bench_sizes().size());
+  ASSERT_EQ(modules.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const Expected& e = expected[i];
+    const json& m = modules[i];
+    SCOPED_TRACE(m.dump(2));
+    EXPECT_EQ(op.bench_sizes()[i].sizes, mn(e.m, e.n));
+    EXPECT_EQ(m.at("op"), "rmsnorm");
+    EXPECT_EQ(m.at("shape"), std::to_string(e.m) + "x" + std::to_string(e.n));
+    EXPECT_EQ(m.at("sizes"), (json{{"M", e.m}, {"N", e.n}}));
+    EXPECT_EQ(m.at("dtype"), "f32");
+    EXPECT_EQ(m.at("verdict"), verdict_name(Verdict::ok));
+    EXPECT_EQ(m.at("variant"), e.variant);
+
+    const json& lib = m.at("library");
+    EXPECT_EQ(lib.at("source"), e.source);
+    EXPECT_EQ(lib.at("file"), (root / "kernels" / "rmsnorm" / e.file).string());
+    EXPECT_EQ(lib.at("table"), table.string());
+    if (e.source == "defaults") {
+      EXPECT_EQ(lib.at("params"), json::object());
+      EXPECT_FALSE(lib.contains("tuned_shape"));
+    } else {
+      EXPECT_EQ(lib.at("tuned_shape"), e.tuned_shape);
+      EXPECT_DOUBLE_EQ(lib.at("tuned_median_us").get<double>(), e.tuned_us);
+    }
+
+    const fs::path module = m.at("module").get<std::string>();
+    EXPECT_TRUE(fs::is_regular_file(module)) << module;
+    EXPECT_EQ(module.string().rfind((root / "cache").string(), 0), 0u) << module;
+    EXPECT_EQ(m.at("entry"), "kforge_run");
+
+    EXPECT_EQ(m.at("inputs"), (json{{{"name", "x"}, {"dtype", "f32"}, {"shape", {e.m, e.n}}},
+                                    {{"name", "weight"}, {"dtype", "f32"}, {"shape", {e.n}}}}));
+    EXPECT_EQ(m.at("outputs"), (json{{{"name", "y"}, {"dtype", "f32"}, {"shape", {e.m, e.n}}}}));
+    ASSERT_EQ(m.at("scalars").size(), 1u);
+    EXPECT_EQ(m.at("scalars")[0].at("name"), "eps");
+    EXPECT_DOUBLE_EQ(m.at("scalars")[0].at("value").get<double>(), 1e-6);
+    EXPECT_DOUBLE_EQ(m.at("tolerance").at("atol").get<double>(), 1e-5);
+    EXPECT_DOUBLE_EQ(m.at("tolerance").at("rtol").get<double>(), 1e-5);
+    EXPECT_DOUBLE_EQ(m.at("bytes").get<double>(),
+                     (2.0 * static_cast<double>(e.m * e.n) + static_cast<double>(e.n)) * 4);
+  }
+  // The same defaults at two sizes, or the same variant at three, is one module.
+  EXPECT_EQ(modules[2].at("module"), modules[3].at("module"));
+  EXPECT_EQ(modules[2].at("module"), modules[4].at("module"));
+  EXPECT_NE(modules[1].at("module"), modules[2].at("module"));
+  EXPECT_NE(modules[0].at("module"), modules[1].at("module"));
+}
+
+TEST(BuildCli, UnknownOpAndBadFlagsAreUsageErrors) {
+  const CommandResult unknown =
+      run_kforge({"build", "no_such_op", "--dtype", "f32", "--backend", "cpu"});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("unknown op 'no_such_op'"), std::string::npos) << unknown.output;
+  EXPECT_NE(unknown.output.find("rmsnorm"), std::string::npos) << unknown.output;
+
+  const CommandResult two_ops = run_kforge(
+      {"build", "rmsnorm", "softmax", "--shape", "64x64", "--dtype", "f32", "--backend", "cpu"});
+  EXPECT_EQ(two_ops.exit_code, 2) << two_ops.output;
+  EXPECT_NE(two_ops.output.find("--shape needs exactly one op"), std::string::npos)
+      << two_ops.output;
+}
+
+}  // namespace
+}  // namespace kforge
