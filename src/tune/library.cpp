@@ -1,6 +1,7 @@
 #include "tune/library.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -42,10 +43,17 @@ std::vector<KernelFile> library_files(const std::string& op, const std::string& 
 }
 
 std::string file_name_slug(std::string text) {
-  for (char& c : text) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  // Letters and digits kept; every run of anything else becomes one '-', none at the ends.
+  std::string out;
+  for (const char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      out += c;
+    } else if (!out.empty() && out.back() != '-') {
+      out += '-';
+    }
   }
-  return text;
+  if (!out.empty() && out.back() == '-') out.pop_back();
+  return out;
 }
 
 fs::path tuned_table_path(const std::string& op, DType dtype, const std::string& device_key) {

@@ -33,7 +33,7 @@ std::vector<KernelFile> library_files(const std::string& op, const std::string& 
 std::filesystem::path tuned_table_path(const std::string& op, DType dtype,
                                        const std::string& device_key);
 
-// "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200--cc-9-0-": safe in a file name.
+// "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200-cc-9-0": safe in a file name.
 std::string file_name_slug(std::string text);
 
 struct LibraryChoice {
