@@ -287,9 +287,13 @@ __device__ __forceinline__ float group_sum(float value, int group, float (&slots
 
 // The single-read kernel: the row in registers, exact two-pass statistics from them. Launched
 // only with vector-aligned bases and rows of at most kRowPacks * kGroupThreads packs.
+// kFullRows: every row is exactly kRowPacks * kGroupThreads packs with no scalar head or tail
+// (dim == ROW_PACKS * VEC * group threads, aligned), so no per-pack bounds tests are needed:
+// fewer instructions per element, which is what this kernel is bound by when rows are short.
+// Each element is converted and shifted once, into d[]; the passes work on those floats.
 // Launch bounds instead of kMaxRegisters: the packs must stay in registers, and MIN_BLOCKS
 // says how many blocks per SM the registers must allow.
-template <int kVec, bool kParamsInPacks, int kRowPacks>
+template <int kVec, bool kParamsInPacks, int kRowPacks, bool kFullRows>
 __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
     layernorm_rowblock_single(const kf_elem* __restrict__ x,       // x: [batch, dim]
                               const kf_elem* __restrict__ weight,  // weight: [dim]
@@ -308,54 +312,65 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
   const kf_elem* x_row = x + row * dim;  // x_row: [dim]
   kf_elem* y_row = y + row * dim;        // y_row: [dim]
 
-  // The same head / packs / tail split as the two-pass kernel.
+  // The same head / packs / tail split as the two-pass kernel (head and tail are empty for
+  // full rows).
   const int misalignment = int(reinterpret_cast<uintptr_t>(x_row) % kPackBytes);
-  const int head = min(dim, (kPackBytes - misalignment) % kPackBytes / int(sizeof(kf_elem)));
-  const int packs = (dim - head) / kVec;
+  const int head =
+      kFullRows ? 0 : min(dim, (kPackBytes - misalignment) % kPackBytes / int(sizeof(kf_elem)));
+  const int packs = kFullRows ? kRowPacks * kGroupThreads : (dim - head) / kVec;
   const int tail_index = head + packs * kVec + thread_in_group;
-  const bool has_head = has_row && thread_in_group < head;
-  const bool has_tail = has_row && tail_index < dim;
+  const bool has_head = !kFullRows && has_row && thread_in_group < head;
+  const bool has_tail = !kFullRows && has_row && tail_index < dim;
   const Pack* x_packs = reinterpret_cast<const Pack*>(x_row + head);  // [packs]
   Pack* y_packs = reinterpret_cast<Pack*>(y_row + head);              // [packs]
+  // Pack i of this thread exists (always, for full rows).
+  const auto owns = [&](int i) {
+    return kFullRows ? has_row : has_row && thread_in_group + i * kGroupThreads < packs;
+  };
 
   // Every load first, so all of them are in flight together.
   Pack xs[kRowPacks];  // xs[i]: pack thread_in_group + i * kGroupThreads of the row
-  if (has_row) {
 #pragma unroll
-    for (int i = 0; i < kRowPacks; ++i) {
-      const int p = thread_in_group + i * kGroupThreads;
-      if (p < packs) xs[i] = x_packs[p];
-    }
+  for (int i = 0; i < kRowPacks; ++i) {
+    if (owns(i)) xs[i] = x_packs[thread_in_group + i * kGroupThreads];
   }
   const float shift = has_row ? kf_to_float(x_row[0]) : 0.0f;
   const float d_head = has_head ? kf_to_float(x_row[thread_in_group]) - shift : 0.0f;
   const float d_tail = has_tail ? kf_to_float(x_row[tail_index]) - shift : 0.0f;
 
-  // Pass 1 over registers: the mean of d = x - shift.
+  // d = x - shift, once per element; packs this thread does not own hold zeros.
+  float d[kRowPacks][kVec];
+#pragma unroll
+  for (int i = 0; i < kRowPacks; ++i) {
+    const bool own = owns(i);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      d[i][k] = own ? kf_to_float(xs[i].v[k]) - shift : 0.0f;
+    }
+  }
+
+  // Pass 1 over registers: the mean of d.
   float sum = d_head + d_tail;
 #pragma unroll
   for (int i = 0; i < kRowPacks; ++i) {
-    if (has_row && thread_in_group + i * kGroupThreads < packs) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        sum += kf_to_float(xs[i].v[k]) - shift;
-      }
+    for (int k = 0; k < kVec; ++k) {
+      sum += d[i][k];
     }
   }
   const float mean = group_sum(sum, group, mean_slots) / float(dim);
 
-  // Pass 2 over registers: the squared deviations from that mean.
+  // Pass 2 over registers: the squared deviations from that mean; d becomes d - mean.
   float m2 = 0.0f;
   if (has_head) m2 = fmaf(d_head - mean, d_head - mean, m2);
   if (has_tail) m2 = fmaf(d_tail - mean, d_tail - mean, m2);
 #pragma unroll
   for (int i = 0; i < kRowPacks; ++i) {
-    if (has_row && thread_in_group + i * kGroupThreads < packs) {
+    const bool own = owns(i);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float dev = kf_to_float(xs[i].v[k]) - shift - mean;
-        m2 = fmaf(dev, dev, m2);
-      }
+    for (int k = 0; k < kVec; ++k) {
+      d[i][k] -= mean;
+      if (own) m2 = fmaf(d[i][k], d[i][k], m2);
     }
   }
   const float row_m2 = group_sum(m2, group, m2_slots);
@@ -364,8 +379,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
 
 #pragma unroll
   for (int i = 0; i < kRowPacks; ++i) {
+    if (!owns(i)) continue;
     const int p = thread_in_group + i * kGroupThreads;
-    if (p >= packs) continue;
     float w[kVec], b[kVec];
     if constexpr (kParamsInPacks) {
       const Pack wp = reinterpret_cast<const Pack*>(weight)[p];  // head == 0 here
@@ -385,8 +400,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
     Pack yp;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      yp.v[k] = kf_from_float<kf_elem>(
-          normalize(kf_to_float(xs[i].v[k]) - shift, mean, inv_std, w[k], b[k]));
+      yp.v[k] = kf_from_float<kf_elem>(fmaf(d[i][k] * inv_std, w[k], b[k]));
     }
     y_packs[p] = yp;
   }
@@ -455,13 +469,18 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   const dim3 grid(static_cast<unsigned>(blocks));
   if constexpr (ROW_PACKS > 0) {
     // A row's vector body has at most dim / VEC packs, so dim <= ROW_PACKS * VEC * group
-    // threads means every row fits in registers.
+    // threads means every row fits in registers; equality with aligned rows means every row
+    // fills them exactly.
     if (VEC > 1 && vectorized && dim <= int64_t(ROW_PACKS) * VEC * kGroupThreads) {
-      if (params_in_packs) {
-        layernorm_rowblock_single<VEC, true, ROW_PACKS><<<grid, BLOCK_THREADS, 0, stream>>>(
+      const bool full_rows = params_in_packs && dim == int64_t(ROW_PACKS) * VEC * kGroupThreads;
+      if (full_rows) {
+        layernorm_rowblock_single<VEC, true, ROW_PACKS, true><<<grid, BLOCK_THREADS, 0, stream>>>(
+            x_data, w_data, b_data, y_data, batch, int(dim), eps);
+      } else if (params_in_packs) {
+        layernorm_rowblock_single<VEC, true, ROW_PACKS, false><<<grid, BLOCK_THREADS, 0, stream>>>(
             x_data, w_data, b_data, y_data, batch, int(dim), eps);
       } else {
-        layernorm_rowblock_single<VEC, false, ROW_PACKS><<<grid, BLOCK_THREADS, 0, stream>>>(
+        layernorm_rowblock_single<VEC, false, ROW_PACKS, false><<<grid, BLOCK_THREADS, 0, stream>>>(
             x_data, w_data, b_data, y_data, batch, int(dim), eps);
       }
       return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
