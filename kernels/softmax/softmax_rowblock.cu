@@ -223,12 +223,14 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum acc) {
 }
 
 // Merges over the kWarpsPerGroup warps of this thread's group; every thread of the group gets
-// the same result. Contains a __syncthreads(), so every thread of the block must call it.
+// the same result. Unless a group is one warp (then shuffles suffice), it contains a
+// __syncthreads(), so every thread of the block must call it.
 __device__ __forceinline__ MaxSum group_merge(MaxSum acc, int group) {
   __shared__ float warp_max[kWarps];
   __shared__ float warp_sum[kWarps];
   const int lane = threadIdx.x % kWarpSize;
   acc = warp_merge(acc);
+  if constexpr (kWarpsPerGroup == 1) return acc;  // a one-warp row needs no block barrier
   if (lane == 0) {
     warp_max[threadIdx.x / kWarpSize] = acc.max;
     warp_sum[threadIdx.x / kWarpSize] = acc.sum;
@@ -245,7 +247,8 @@ __device__ __forceinline__ MaxSum group_merge(MaxSum acc, int group) {
 // ---- Single-read: max, then sum ----
 
 // Max over the group, every thread of the group gets it. fmaxf is exact and commutative, so
-// all lanes agree. Contains a __syncthreads(), so every thread of the block must call it. Its
+// all lanes agree. Like group_merge, it contains a __syncthreads() unless a group is one warp,
+// so every thread of the block must call it. Its
 // shared array is its own, so it needs no barrier against group_sum's.
 __device__ __forceinline__ float group_max(float value, int group) {
   __shared__ float warp_max[kWarps];
@@ -253,6 +256,7 @@ __device__ __forceinline__ float group_max(float value, int group) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   }
+  if constexpr (kWarpsPerGroup == 1) return value;
   if (lane == 0) warp_max[threadIdx.x / kWarpSize] = value;
   __syncthreads();
   value = lane < kWarpsPerGroup ? warp_max[group * kWarpsPerGroup + lane] : -FLT_MAX;
@@ -270,6 +274,7 @@ __device__ __forceinline__ float group_sum(float value, int group) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
     value += __shfl_xor_sync(0xffffffffu, value, offset);
   }
+  if constexpr (kWarpsPerGroup == 1) return value;
   if (lane == 0) warp_sum[threadIdx.x / kWarpSize] = value;
   __syncthreads();
   value = lane < kWarpsPerGroup ? warp_sum[group * kWarpsPerGroup + lane] : 0.0f;

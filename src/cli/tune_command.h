@@ -30,6 +30,7 @@ struct TuneFlags {
   size_t top = 10;
   std::string json_path;
   std::string table_path;
+  bool update_table = false;  // with --shape: merge this size's row into the table
 };
 
 CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device);

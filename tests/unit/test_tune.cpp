@@ -578,5 +578,43 @@ TEST(TuneCli, KilledTuneResumesFromTheDatabase) {
   EXPECT_TRUE(report3.at("replay").get<bool>());
 }
 
+// `--update-table` with `--shape` replaces or adds one size's row and keeps the others; a table
+// for another dtype is refused rather than mixed.
+TEST(TuneCli, UpdateTableMergesOneSize) {
+  const auto dir = test::temp_dir("update-table");
+  ::setenv("KFORGE_CACHE_DIR", (dir / "cache").c_str(), 1);
+  const auto table_path = dir / "table.json";
+  const auto tune = [&](const std::string& shape, const std::string& dtype) {
+    return run_command(
+        {test::kforge_binary(), "tune",
+         (test::source_root() / "kernels/matmul/matmul_cpu.cpp").string(), "--shape", shape,
+         "--dtype", dtype, "--budget", "2", "--no-final-check", "--db",
+         (dir / "results.sqlite").string(), "--update-table", "--table", table_path.string()},
+        std::chrono::minutes(5));
+  };
+  const auto shapes = [&] {
+    std::vector<std::string> out;
+    const auto table = nlohmann::json::parse(std::ifstream(table_path));
+    for (const auto& row : table.at("sizes"))
+      out.push_back(row.at("shape").get<std::string>());
+    return out;
+  };
+  ASSERT_EQ(tune("64x96x80", "f32").exit_code, 0);
+  ASSERT_EQ(tune("32x48x40", "f32").exit_code, 0);
+  EXPECT_EQ(shapes(), (std::vector<std::string>{"64x96x80", "32x48x40"}));
+  ASSERT_EQ(tune("64x96x80", "f32").exit_code, 0);
+  EXPECT_EQ(shapes(), (std::vector<std::string>{"64x96x80", "32x48x40"}));
+  const auto table = nlohmann::json::parse(std::ifstream(table_path));
+  EXPECT_EQ(table.at("op"), "matmul");
+  EXPECT_EQ(table.at("dtype"), "f32");
+  EXPECT_TRUE(table.at("sizes")[0].contains("git_sha"));
+
+  const CommandResult other_dtype = tune("64x96x80", "f16");
+  EXPECT_EQ(other_dtype.exit_code, 2);
+  EXPECT_NE(other_dtype.output.find("is a table for matmul f32"), std::string::npos)
+      << other_dtype.output;
+  EXPECT_EQ(shapes().size(), 2u);
+}
+
 }  // namespace
 }  // namespace kforge
