@@ -1,5 +1,8 @@
 #include "cli/build_command.h"
 
+#include <filesystem>
+#include <map>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -116,9 +119,13 @@ int cmd_build(const BuildFlags& flags, const DeviceFlags& device,
   const std::string arch = flags.arch.empty() ? worker.device().default_arch() : flags.arch;
   // One after another: repeated variants (the same defaults at several sizes) come from the
   // module cache.
+  std::map<std::filesystem::path, KernelFile> files;  // each file parsed once
   for (size_t i = 0; i < jobs.size(); ++i) {
     BuildJob& job = jobs[i];
-    const KernelFile file = KernelFile::load(job.choice.file);
+    auto loaded = files.find(job.choice.file);
+    if (loaded == files.end())
+      loaded = files.emplace(job.choice.file, KernelFile::load(job.choice.file)).first;
+    const KernelFile& file = loaded->second;
     job.result = checker.build(file, file.resolve_params(job.choice.params), dtype, arch,
                                &job.sizes, &job.verdict);
     progress_line(
