@@ -30,36 +30,6 @@ std::string describe_case(const OpSpec& op, const std::string& label, const Size
   return s;
 }
 
-bool all_bound(const Expression& e, const Bindings& bindings) {
-  for (const auto& v : e.variables()) {
-    if (!bindings.contains(v)) return false;
-  }
-  return true;
-}
-
-// Returns the first requirement that is false or declared launch value over the device's
-// limits, or "" if all hold. Expressions that name something not bound (a problem size, when
-// no problem is given) are left for later.
-std::string first_violation(const KernelFile& file, const Bindings& bindings,
-                            const DeviceInfo& device) {
-  for (const auto& req : file.requirements) {
-    if (!all_bound(req.expression, bindings)) continue;
-    if (req.expression.evaluate(bindings) == 0) {
-      return fmt::format("require '{}' (line {}) does not hold", req.expression.text(), req.line);
-    }
-  }
-  const auto check = [&](const std::optional<Expression>& e, auto violation) -> std::string {
-    if (!e || !all_bound(*e, bindings)) return "";
-    return violation(e->evaluate(bindings), device);
-  };
-  for (const std::string& why : {check(file.block_threads, threads_violation),
-                                 check(file.shared_bytes, dynamic_shared_violation),
-                                 check(file.cluster_blocks, cluster_violation)}) {
-    if (!why.empty()) return why;
-  }
-  return "";
-}
-
 }  // namespace
 
 uint64_t fresh_seed() {
@@ -83,12 +53,7 @@ std::chrono::milliseconds default_timeout(const OpSpec& op, const Sizes& sizes, 
 
 CompileResult Checker::build(const KernelFile& file, const ParamValues& params, DType dtype,
                              const std::string& arch, const Sizes* sizes, Verdict* verdict) {
-  Bindings bindings = worker_.device().limits();
-  bindings["elem_bytes"] = static_cast<long long>(dtype_size(dtype));
-  if (sizes) {
-    for (const auto& [name, value] : *sizes)
-      bindings[name] = value;
-  }
+  Bindings bindings = problem_bindings(worker_.device(), dtype, sizes);
   const ParamValues all = file.with_derived(params, bindings);
   for (const auto& [name, value] : all)
     bindings[name] = value;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include <fmt/format.h>
@@ -40,41 +39,6 @@ std::string tunables_text(const KernelFile& file, const nlohmann::json& params) 
       parts.push_back(fmt::format("{}={}", p.name, params.at(p.name).get<long long>()));
   }
   return fmt::format("{}", fmt::join(parts, " "));
-}
-
-// The rows of the table at `path` (if any) with each of `rows` replacing the row of its size,
-// or added after them. The table must be for the same op, dtype and device.
-nlohmann::json merged_rows(const fs::path& path, const OpSpec& op, DType dtype,
-                           const std::string& device_name, const nlohmann::json& rows) {
-  nlohmann::json merged = nlohmann::json::array();
-  if (fs::exists(path)) {
-    nlohmann::json old;
-    try {
-      std::ifstream in(path);
-      old = nlohmann::json::parse(in);
-      if (old.at("op") != op.name() || old.at("dtype") != dtype_name(dtype) ||
-          old.at("device") != device_name) {
-        throw UsageError(fmt::format(
-            "{} is a table for {} {} on {}, not {} {} on {}", path.string(),
-            old.at("op").get<std::string>(), old.at("dtype").get<std::string>(),
-            old.at("device").get<std::string>(), op.name(), dtype_name(dtype), device_name));
-      }
-      merged = old.at("sizes");
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(fmt::format("{}: not a tuned table: {}", path.string(), e.what()));
-    }
-  }
-  for (const auto& row : rows) {
-    const auto same = std::find_if(merged.begin(), merged.end(), [&](const nlohmann::json& r) {
-      return r.value("shape", std::string()) == row.at("shape").get<std::string>();
-    });
-    if (same != merged.end()) {
-      *same = row;
-    } else {
-      merged.push_back(row);
-    }
-  }
-  return merged;
 }
 
 const KernelFile* file_of(const std::vector<KernelFile>& files, const std::string& name) {
@@ -388,16 +352,7 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
     const fs::path path = flags.table_path.empty()
                               ? tuned_table_path(std::string(op.name()), dtype, device_name)
                               : fs::path(flags.table_path);
-    if (path.has_parent_path()) fs::create_directories(path.parent_path());
-    if (!all_sizes) table = merged_rows(path, op, dtype, device_name, table);
-    write_json({{"op", op.name()},
-                {"dtype", dtype_name(dtype)},
-                {"device", device_name},
-                {"strategy", flags.strategy},
-                {"git_sha", git_state().sha},
-                {"recorded_at", utc_timestamp()},
-                {"sizes", table}},
-               path.string());
+    table = write_tuned_table(path, op, dtype, device_name, flags.strategy, table, !all_sizes);
     fmt::print("\n{:<22} {:>10}  {}\n", "size", "median us", "variant");
     for (const auto& row : table) {
       if (row.at("file").is_null()) {

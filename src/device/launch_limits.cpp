@@ -8,6 +8,13 @@ namespace {
 // Clusters of more than 8 blocks are not portable (16 needs an opt-in attribute).
 constexpr long long kPortableClusterLimit = 8;
 
+bool all_bound(const Expression& e, const Bindings& bindings) {
+  for (const auto& v : e.variables()) {
+    if (!bindings.contains(v)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string threads_violation(long long threads, const DeviceInfo& device) {
@@ -31,6 +38,36 @@ std::string cluster_violation(long long blocks, const DeviceInfo& device) {
   }
   if (blocks > kPortableClusterLimit) {
     return fmt::format("cluster size > {} (the portable limit)", kPortableClusterLimit);
+  }
+  return "";
+}
+
+Bindings problem_bindings(const DeviceInfo& device, DType dtype, const Sizes* sizes) {
+  Bindings b = device.limits();
+  b["elem_bytes"] = static_cast<long long>(dtype_size(dtype));
+  if (sizes) {
+    for (const auto& [name, value] : *sizes)
+      b[name] = value;
+  }
+  return b;
+}
+
+std::string first_violation(const KernelFile& file, const Bindings& bindings,
+                            const DeviceInfo& device) {
+  for (const auto& req : file.requirements) {
+    if (!all_bound(req.expression, bindings)) continue;
+    if (req.expression.evaluate(bindings) == 0) {
+      return fmt::format("require '{}' (line {}) does not hold", req.expression.text(), req.line);
+    }
+  }
+  const auto check = [&](const std::optional<Expression>& e, auto violation) -> std::string {
+    if (!e || !all_bound(*e, bindings)) return "";
+    return violation(e->evaluate(bindings), device);
+  };
+  for (const std::string& why : {check(file.block_threads, threads_violation),
+                                 check(file.shared_bytes, dynamic_shared_violation),
+                                 check(file.cluster_blocks, cluster_violation)}) {
+    if (!why.empty()) return why;
   }
   return "";
 }

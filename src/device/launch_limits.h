@@ -1,11 +1,14 @@
 // The launch limits a kernel file's declared `threads:`, `shared_bytes:` and `cluster:` values
 // are held against before anything is compiled: by the tuner's space solver for every point,
-// and by the checker for the one variant it builds.
+// by the checker for the one variant it builds and by the library for a tuned table's row.
 #pragma once
 
 #include <string>
 
+#include "compile/kernel_file.h"
+#include "core/dtype.h"
 #include "device/backend.h"
+#include "ops/op_spec.h"
 
 namespace kforge {
 
@@ -13,5 +16,15 @@ namespace kforge {
 std::string threads_violation(long long threads, const DeviceInfo& device);
 std::string dynamic_shared_violation(long long bytes, const DeviceInfo& device);
 std::string cluster_violation(long long blocks, const DeviceInfo& device);
+
+// What a kernel file's expressions may name besides its tunables and derived values: the
+// device's limits, `elem_bytes` for `dtype`, and the problem's sizes when `sizes` is given.
+Bindings problem_bindings(const DeviceInfo& device, DType dtype, const Sizes* sizes);
+
+// The first `require:` that is false, or declared launch value over the device's limits, for
+// `bindings` (tunables and derived values included), or "" if all hold. Expressions that name
+// something not bound (a problem size, when no problem is given) are left for later.
+std::string first_violation(const KernelFile& file, const Bindings& bindings,
+                            const DeviceInfo& device);
 
 }  // namespace kforge

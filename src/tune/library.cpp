@@ -10,6 +10,8 @@
 
 #include "compile/compiler.h"
 #include "core/error.h"
+#include "core/run_info.h"
+#include "device/launch_limits.h"
 #include "tune/results_db.h"
 
 namespace kforge {
@@ -61,6 +63,55 @@ fs::path tuned_table_path(const std::string& op, DType dtype, const std::string&
          fmt::format("{}-{}.json", dtype_name(dtype), file_name_slug(device_key));
 }
 
+nlohmann::json read_tuned_table(const fs::path& path) {
+  try {
+    std::ifstream in(path);
+    nlohmann::json table = nlohmann::json::parse(in);
+    if (!table.is_object() || !table.value("sizes", nlohmann::json()).is_array()) {
+      throw Error(fmt::format("{}: not a tuned table: no \"sizes\" array", path.string()));
+    }
+    return table;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not a tuned table: {}", path.string(), e.what()));
+  }
+}
+
+nlohmann::json write_tuned_table(const fs::path& path, const OpSpec& op, DType dtype,
+                                 const std::string& device, const std::string& strategy,
+                                 const nlohmann::json& rows, bool merge) {
+  nlohmann::json written = nlohmann::json::array();
+  if (merge && fs::exists(path)) {
+    const nlohmann::json old = read_tuned_table(path);
+    const auto field = [&](const char* key) { return old.value(key, std::string("?")); };
+    if (field("op") != op.name() || field("dtype") != dtype_name(dtype) ||
+        field("device") != device) {
+      throw UsageError(fmt::format("{} is a table for {} {} on {}, not {} {} on {}", path.string(),
+                                   field("op"), field("dtype"), field("device"), op.name(),
+                                   dtype_name(dtype), device));
+    }
+    written = old.at("sizes");
+  }
+  for (const auto& row : rows) {
+    const auto same = std::find_if(written.begin(), written.end(), [&](const nlohmann::json& r) {
+      return r.value("shape", std::string()) == row.at("shape").get<std::string>();
+    });
+    if (same != written.end()) {
+      *same = row;
+    } else {
+      written.push_back(row);
+    }
+  }
+  if (path.has_parent_path()) fs::create_directories(path.parent_path());
+  const nlohmann::json table = {
+      {"op", op.name()},      {"dtype", dtype_name(dtype)}, {"device", device},
+      {"strategy", strategy}, {"git_sha", git_state().sha}, {"recorded_at", utc_timestamp()},
+      {"sizes", written}};
+  std::ofstream out(path);
+  out << table.dump(2) << "\n";
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+  return written;
+}
+
 std::string LibraryChoice::describe() const {
   switch (source) {
     case Source::exact_size:
@@ -101,7 +152,8 @@ double size_distance(const Sizes& a, const Sizes& b) {
 }
 
 // `params` as a complete, valid tuning of `file`: every name a tunable of the file, every value
-// one of its candidates, every requirement true at `sizes` on `device`. Empty when not.
+// one of its candidates, every requirement and launch limit holding at `sizes` on `device`.
+// Empty when not.
 std::optional<ParamValues> valid_params(const KernelFile& file, const nlohmann::json& params,
                                         const Sizes& sizes, DType dtype, const DeviceInfo& device) {
   ParamValues values;
@@ -115,16 +167,11 @@ std::optional<ParamValues> valid_params(const KernelFile& file, const nlohmann::
     }
     values[name] = v;
   }
-  Bindings bindings = device.limits();
-  bindings["elem_bytes"] = static_cast<long long>(dtype_size(dtype));
-  for (const auto& [name, value] : sizes)
-    bindings[name] = value;
+  Bindings bindings = problem_bindings(device, dtype, &sizes);
   const ParamValues all = file.with_derived(file.resolve_params(values), bindings);
   for (const auto& [name, value] : all)
     bindings[name] = value;
-  for (const auto& req : file.requirements) {
-    if (req.expression.evaluate(bindings) == 0) return std::nullopt;
-  }
+  if (!first_violation(file, bindings, device).empty()) return std::nullopt;
   return values;
 }
 
@@ -140,13 +187,12 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
   const fs::path table_path = tuned_table_path(std::string(op.name()), dtype, device_key(device));
   if (!fs::exists(table_path)) return choice;
   choice.table = table_path;
-  // Any JSON error, in the syntax or in the structure (a row without params, sizes that are
-  // not numbers), is the table's: say which file.
+  const nlohmann::json table = read_tuned_table(table_path);
+  // Any JSON error in a row's structure (a row without params, sizes that are not numbers) is
+  // the table's: say which file.
   try {
-    std::ifstream in(table_path);
-    const nlohmann::json table = nlohmann::json::parse(in);
-    // A named copy: `rows` below points into it, so it must outlive the loops.
-    const nlohmann::json table_rows = table.value("sizes", nlohmann::json::array());
+    // `rows` below points into `table_rows`, so it is a named value that outlives the loops.
+    const nlohmann::json& table_rows = table.at("sizes");
 
     // Rows nearest first; the first whose file exists and whose parameters are valid here wins.
     std::vector<std::pair<double, const nlohmann::json*>> rows;

@@ -33,6 +33,21 @@ std::vector<KernelFile> library_files(const std::string& op, const std::string& 
 std::filesystem::path tuned_table_path(const std::string& op, DType dtype,
                                        const std::string& device_key);
 
+// A size -> variant table: {op, dtype, device, strategy, git_sha, recorded_at, sizes: rows}, a
+// row being {shape, sizes, file, params, variant_key, time_us, final_check, git_sha,
+// recorded_at}, or {shape, sizes, file: null} for a size where no variant passed.
+
+// The table at `path`, parsed. Throws Error naming the path when it is not such a table.
+nlohmann::json read_tuned_table(const std::filesystem::path& path);
+
+// Writes `rows` as the table of `op` in `dtype` on `device` at `path` and returns the rows
+// written. With `merge`, the rows of other sizes in the table already at `path` are kept (each
+// of `rows` replaces the row of its size or is added after them); that table must be for the
+// same op, dtype and device, else UsageError.
+nlohmann::json write_tuned_table(const std::filesystem::path& path, const OpSpec& op, DType dtype,
+                                 const std::string& device, const std::string& strategy,
+                                 const nlohmann::json& rows, bool merge);
+
 // "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200-cc-9-0": safe in a file name.
 std::string file_name_slug(std::string text);
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/run_info.h"
 #include "device/cublas_ops.h"
+#include "device/launch_limits.h"
 #include "tune/occupancy.h"
 #include "tune/strategy.h"
 
@@ -391,11 +392,7 @@ BenchSettings tuning_bench_settings() {
 }
 
 Bindings tune_context(const DeviceInfo& device, const TuneProblem& problem) {
-  Bindings b = device.limits();
-  b["elem_bytes"] = static_cast<long long>(dtype_size(problem.dtype));
-  for (const auto& [name, value] : problem.sizes)
-    b[name] = value;
-  return b;
+  return problem_bindings(device, problem.dtype, &problem.sizes);
 }
 
 double TuneReport::compile_throughput() const {
