@@ -20,6 +20,13 @@ struct BuildJob {
   Verdict verdict = Verdict::ok;
 };
 
+// The op's default size (the size its performance targets are stated at), completed.
+Sizes completed_default_size(const OpSpec& op) {
+  Sizes sizes = op.default_size();
+  op.complete_sizes(sizes);
+  return sizes;
+}
+
 nlohmann::json tensor_json(const OpSpec& op, const TensorSpec& t, const Sizes& sizes, DType dtype) {
   return {{"name", t.name},
           {"dtype", dtype_name(op.dtype_of(t, dtype))},
@@ -32,6 +39,7 @@ nlohmann::json describe_job(const BuildJob& job, DType dtype) {
   nlohmann::json j = {{"op", op.name()},
                       {"shape", op.format_shape(job.sizes)},
                       {"sizes", job.sizes},
+                      {"default_size", job.sizes == completed_default_size(op)},
                       {"dtype", dtype_name(dtype)},
                       {"library", job.choice.to_json()},
                       {"variant", job.result.variant.params_text()},

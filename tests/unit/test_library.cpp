@@ -414,6 +414,8 @@ TEST(BuildCli, SizesAllBuildsTheLibraryChoiceForEveryBenchSize) {
     EXPECT_EQ(op.bench_sizes()[i].sizes, mn(e.m, e.n));
     EXPECT_EQ(m.at("op"), "rmsnorm");
     EXPECT_EQ(m.at("shape"), std::to_string(e.m) + "x" + std::to_string(e.n));
+    // rmsnorm's default size, where its targets are stated, is 8192x8192.
+    EXPECT_EQ(m.at("default_size"), e.m == 8192 && e.n == 8192);
     EXPECT_EQ(m.at("sizes"), (json{{"M", e.m}, {"N", e.n}}));
     EXPECT_EQ(m.at("dtype"), "f32");
     EXPECT_EQ(m.at("verdict"), verdict_name(Verdict::ok));
