@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -44,38 +45,12 @@ static_assert(PACK_BYTES % sizeof(kf_elem) == 0 && VEC * sizeof(kf_elem) == PACK
 static_assert(UNROLL >= 1, "UNROLL counts loads");
 static_assert(kStages == 0 || kStages >= 2, "a ring needs one batch to read and one to fill");
 
-// kVec consecutive elements, aligned so that one instruction loads all of them.
-template <int kVec>
-struct alignas(kVec * sizeof(kf_elem)) ElemPack {
-  kf_elem v[kVec];
-};
-using Pack = ElemPack<VEC>;
-
-// The built-in type of a given size that __ldg and __ldcs accept.
-template <int kBytes>
-struct AccessBits;
-template <>
-struct AccessBits<4> {
-  using Type = unsigned int;
-};
-template <>
-struct AccessBits<8> {
-  using Type = uint2;
-};
-template <>
-struct AccessBits<16> {
-  using Type = uint4;
-};
+using Pack = kf::ElemPack<VEC>;
 
 // Loads a pack that nothing writes during the kernel: evict-first (__ldcs) with streaming
 // hints, else through the read-only path (__ldg).
 __device__ __forceinline__ Pack load_pack(const Pack* p) {
-  using Bits = typename AccessBits<sizeof(Pack)>::Type;
-  const Bits* bits_ptr = reinterpret_cast<const Bits*>(p);
-  const Bits bits = kStreamingHints ? __ldcs(bits_ptr) : __ldg(bits_ptr);
-  Pack pack;
-  memcpy(&pack, &bits, sizeof(Pack));
-  return pack;
+  return kf::load<kStreamingHints>(p);
 }
 
 // The pack's elements as fp32. bf16 widens by bit moves, one integer op per element (the

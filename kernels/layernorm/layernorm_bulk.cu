@@ -91,6 +91,7 @@
 #include <cstring>
 
 #include "kforge/bulk_copy.cuh"
+#include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -109,66 +110,10 @@ static_assert(2 * kWarps * sizeof(float) + 2 * STAGES * sizeof(uint64_t) <=
                   kf_bulk::kStaticSharedReserve,
               "static shared memory stays within the reserve the stage plan leaves");
 
-// kVec consecutive elements, aligned so that one instruction loads or stores all of them.
-template <int kVec>
-struct alignas(kVec * sizeof(kf_elem)) ElemPack {
-  kf_elem v[kVec];
-};
-
-// The built-in type of a given size that the load and store intrinsics accept.
-template <int kBytes>
-struct AccessBits;
-template <>
-struct AccessBits<2> {
-  using Type = unsigned short;
-};
-template <>
-struct AccessBits<4> {
-  using Type = unsigned int;
-};
-template <>
-struct AccessBits<8> {
-  using Type = uint2;
-};
-template <>
-struct AccessBits<16> {
-  using Type = uint4;
-};
-
-// Loads *p with one access of sizeof(T) bytes (a struct of 16-bit elements would otherwise be
-// copied element by element). For x, in shared memory or global memory.
-template <typename T>
-__device__ __forceinline__ T load_pack(const T* p) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  const Bits bits = *reinterpret_cast<const Bits*>(p);
-  T value;
-  memcpy(&value, &bits, sizeof(T));
-  return value;
-}
-
-// Loads *p, which nothing writes during the kernel, through the read-only data path (weight,
-// bias).
-template <typename T>
-__device__ __forceinline__ T load_readonly(const T* p) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  const Bits bits = __ldg(reinterpret_cast<const Bits*>(p));
-  T value;
-  memcpy(&value, &bits, sizeof(T));
-  return value;
-}
-
-// Stores *p = value; with kStreamingHints evict-first (__stcs): y is not read again here.
-template <typename T>
-__device__ __forceinline__ void store(T* p, const T& value) {
-  if constexpr (kStreamingHints) {
-    using Bits = typename AccessBits<sizeof(T)>::Type;
-    Bits bits;
-    memcpy(&bits, &value, sizeof(T));
-    __stcs(reinterpret_cast<Bits*>(p), bits);
-  } else {
-    *p = value;
-  }
-}
+using kf::ElemPack;
+using kf::load_bits;
+using kf::load_readonly;
+using kf::store;
 
 __device__ __forceinline__ float warp_sum(float value) {
   // Butterfly: every lane adds the same pairs (a + b == b + a), so all lanes end with
@@ -290,7 +235,7 @@ __device__ __forceinline__ void layernorm_row_in_registers(const kf_elem* x_row,
 #pragma unroll
   for (int i = 0; i < kRegPacks; ++i) {
     if (t + i * kThreads < split.packs) {
-      const Pack xp = load_pack(x_packs + t + i * kThreads);
+      const Pack xp = load_bits(x_packs + t + i * kThreads);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         d[i][k] = kf_to_float(xp.v[k]) - shift;
@@ -334,16 +279,16 @@ __device__ __forceinline__ void layernorm_row_in_registers(const kf_elem* x_row,
       for (int k = 0; k < kVec; ++k) {
         yp.v[k] = normalize(d[i][k], mean, inv_std, w[k], b[k]);
       }
-      store(y_packs + p, yp);
+      store<kStreamingHints>(y_packs + p, yp);
     }
   }
   if (has_head) {
-    store(y_row + t,
-          normalize(d_head, mean, inv_std, kf_to_float(weight[t]), kf_to_float(bias[t])));
+    store<kStreamingHints>(
+        y_row + t, normalize(d_head, mean, inv_std, kf_to_float(weight[t]), kf_to_float(bias[t])));
   }
   if (has_tail) {
-    store(y_row + tail,
-          normalize(d_tail, mean, inv_std, kf_to_float(weight[tail]), kf_to_float(bias[tail])));
+    store<kStreamingHints>(y_row + tail, normalize(d_tail, mean, inv_std, kf_to_float(weight[tail]),
+                                                   kf_to_float(bias[tail])));
   }
 }
 
@@ -369,7 +314,7 @@ __device__ __forceinline__ void layernorm_row_three_pass(const kf_elem* x_row,
   float local = 0.0f;
 #pragma unroll 4
   for (int p = t; p < split.packs; p += kThreads) {
-    const Pack xp = load_pack(x_packs + p);
+    const Pack xp = load_bits(x_packs + p);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       local += kf_to_float(xp.v[k]) - shift;
@@ -383,7 +328,7 @@ __device__ __forceinline__ void layernorm_row_three_pass(const kf_elem* x_row,
   local = 0.0f;
 #pragma unroll 4
   for (int p = t; p < split.packs; p += kThreads) {
-    const Pack xp = load_pack(x_packs + p);
+    const Pack xp = load_bits(x_packs + p);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const float dev = (kf_to_float(xp.v[k]) - shift) - mean;
@@ -403,7 +348,7 @@ __device__ __forceinline__ void layernorm_row_three_pass(const kf_elem* x_row,
   // Pass 3: y.
 #pragma unroll 2
   for (int p = t; p < split.packs; p += kThreads) {
-    const Pack xp = load_pack(x_packs + p);
+    const Pack xp = load_bits(x_packs + p);
     float w[kVec], b[kVec];
     load_params<kVec, kParamsInPacks>(weight, bias, split.head + p * kVec, w, b);
     Pack yp;
@@ -411,15 +356,16 @@ __device__ __forceinline__ void layernorm_row_three_pass(const kf_elem* x_row,
     for (int k = 0; k < kVec; ++k) {
       yp.v[k] = normalize(kf_to_float(xp.v[k]) - shift, mean, inv_std, w[k], b[k]);
     }
-    store(y_packs + p, yp);
+    store<kStreamingHints>(y_packs + p, yp);
   }
   if (has_head) {
-    store(y_row + t, normalize(kf_to_float(x_row[t]) - shift, mean, inv_std, kf_to_float(weight[t]),
-                               kf_to_float(bias[t])));
+    store<kStreamingHints>(y_row + t, normalize(kf_to_float(x_row[t]) - shift, mean, inv_std,
+                                                kf_to_float(weight[t]), kf_to_float(bias[t])));
   }
   if (has_tail) {
-    store(y_row + tail, normalize(kf_to_float(x_row[tail]) - shift, mean, inv_std,
-                                  kf_to_float(weight[tail]), kf_to_float(bias[tail])));
+    store<kStreamingHints>(y_row + tail,
+                           normalize(kf_to_float(x_row[tail]) - shift, mean, inv_std,
+                                     kf_to_float(weight[tail]), kf_to_float(bias[tail])));
   }
 }
 

@@ -69,6 +69,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -86,40 +87,12 @@ static_assert(kVec >= 1, "a pack holds at least one element");
 static_assert(kVec <= kGroupThreads, "a row's scalar head and tail take one pass of its group");
 static_assert(CLUSTER >= 1 && UNROLL >= 1, "CLUSTER counts blocks, UNROLL counts loads");
 
-// kVec consecutive elements, aligned so that one instruction loads all of them.
-struct alignas(VEC_BYTES) Pack {
-  kf_elem v[kVec];
-};
-
-// The built-in type of each access size that the cache-hint intrinsics accept.
-template <int kBytes>
-struct AccessBits;
-template <>
-struct AccessBits<2> {
-  using Type = unsigned short;
-};
-template <>
-struct AccessBits<4> {
-  using Type = unsigned int;
-};
-template <>
-struct AccessBits<8> {
-  using Type = uint2;
-};
-template <>
-struct AccessBits<16> {
-  using Type = uint4;
-};
+using Pack = kf::ElemPack<kVec>;  // alignas(VEC_BYTES)
 
 // *p: evict-first (__ldcs) with X_EVICT_FIRST, else through the read-only path (__ldg).
 template <typename T>
 __device__ __forceinline__ T load(const T* p) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  const Bits* bits_ptr = reinterpret_cast<const Bits*>(p);
-  const Bits bits = X_EVICT_FIRST != 0 ? __ldcs(bits_ptr) : __ldg(bits_ptr);
-  T value;
-  memcpy(&value, &bits, sizeof(T));
-  return value;
+  return kf::load<X_EVICT_FIRST != 0>(p);
 }
 
 // partial[k] += pack element k.

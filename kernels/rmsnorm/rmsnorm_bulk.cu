@@ -71,6 +71,7 @@
 #include <cstring>
 
 #include "kforge/bulk_copy.cuh"
+#include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -89,65 +90,10 @@ static_assert(2 * kWarps * sizeof(float) + 2 * STAGES * sizeof(uint64_t) <=
                   kf_bulk::kStaticSharedReserve,
               "static shared memory stays within the reserve the stage plan leaves");
 
-// kVec consecutive elements, aligned so that one instruction loads or stores all of them.
-template <int kVec>
-struct alignas(kVec * sizeof(kf_elem)) ElemPack {
-  kf_elem v[kVec];
-};
-
-// The built-in type of a given size that the load and store intrinsics accept.
-template <int kBytes>
-struct AccessBits;
-template <>
-struct AccessBits<2> {
-  using Type = unsigned short;
-};
-template <>
-struct AccessBits<4> {
-  using Type = unsigned int;
-};
-template <>
-struct AccessBits<8> {
-  using Type = uint2;
-};
-template <>
-struct AccessBits<16> {
-  using Type = uint4;
-};
-
-// Loads *p with one access of sizeof(T) bytes (a struct of 16-bit elements would otherwise be
-// copied element by element). For x, in shared memory or global memory.
-template <typename T>
-__device__ __forceinline__ T load_pack(const T* p) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  const Bits bits = *reinterpret_cast<const Bits*>(p);
-  T value;
-  memcpy(&value, &bits, sizeof(T));
-  return value;
-}
-
-// Loads *p, which nothing writes during the kernel, through the read-only data path (weight).
-template <typename T>
-__device__ __forceinline__ T load_readonly(const T* p) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  const Bits bits = __ldg(reinterpret_cast<const Bits*>(p));
-  T value;
-  memcpy(&value, &bits, sizeof(T));
-  return value;
-}
-
-// Stores *p = value; with kStreamingHints evict-first (__stcs): y is not read again here.
-template <typename T>
-__device__ __forceinline__ void store(T* p, const T& value) {
-  if constexpr (kStreamingHints) {
-    using Bits = typename AccessBits<sizeof(T)>::Type;
-    Bits bits;
-    memcpy(&bits, &value, sizeof(T));
-    __stcs(reinterpret_cast<Bits*>(p), bits);
-  } else {
-    *p = value;
-  }
-}
+using kf::ElemPack;
+using kf::load_bits;
+using kf::load_readonly;
+using kf::store;
 
 __device__ __forceinline__ float warp_sum(float value) {
   // Butterfly: every lane adds the same pairs (a + b == b + a), so all lanes end with
@@ -271,7 +217,7 @@ __device__ __forceinline__ void rmsnorm_row(const kf_elem* x_row,
   float sum_sq = 0.0f;
 #pragma unroll 4
   for (int p = t; p < split.packs; p += kThreads) {
-    sum_sq = add_squares(sum_sq, load_pack(x_packs + p));
+    sum_sq = add_squares(sum_sq, load_bits(x_packs + p));
   }
   if (t < split.head) {
     const float v = kf_to_float(x_row[t]);
@@ -285,14 +231,16 @@ __device__ __forceinline__ void rmsnorm_row(const kf_elem* x_row,
 
 #pragma unroll 2
   for (int p = t; p < split.packs; p += kThreads) {
-    store(y_packs + p, normalize_pack<kVec, kWeightInPacks>(load_pack(x_packs + p), weight,
-                                                            split.head + p * kVec, inv_rms));
+    store<kStreamingHints>(y_packs + p,
+                           normalize_pack<kVec, kWeightInPacks>(load_bits(x_packs + p), weight,
+                                                                split.head + p * kVec, inv_rms));
   }
   if (t < split.head) {
-    store(y_row + t, normalize_element(kf_to_float(x_row[t]), inv_rms, weight[t]));
+    store<kStreamingHints>(y_row + t, normalize_element(kf_to_float(x_row[t]), inv_rms, weight[t]));
   }
   if (tail < n) {
-    store(y_row + tail, normalize_element(kf_to_float(x_row[tail]), inv_rms, weight[tail]));
+    store<kStreamingHints>(y_row + tail,
+                           normalize_element(kf_to_float(x_row[tail]), inv_rms, weight[tail]));
   }
 }
 

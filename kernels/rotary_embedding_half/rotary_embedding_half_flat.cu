@@ -67,6 +67,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -74,57 +75,9 @@ namespace {
 constexpr int kMaxVec = VEC_BYTES / int(sizeof(kf_elem));  // elements of the widest x chunk
 static_assert(kMaxVec >= 1, "a chunk holds at least one element");
 
-// kVec consecutive elements, aligned so that one instruction loads or stores all of them.
-template <int kVec>
-struct alignas(kVec * sizeof(kf_elem)) ElemPack {
-  kf_elem v[kVec];
-};
-
-// The built-in type of each access size that the cache-hint intrinsics accept.
-template <int kBytes>
-struct AccessBits;
-template <>
-struct AccessBits<2> {
-  using Type = unsigned short;
-};
-template <>
-struct AccessBits<4> {
-  using Type = unsigned int;
-};
-template <>
-struct AccessBits<8> {
-  using Type = uint2;
-};
-template <>
-struct AccessBits<16> {
-  using Type = uint4;
-};
-
-// *p through the read-only path (__ldg); kEvictFirst: as a last use instead (__ldcs). Spelled
-// out so that the compiler, which cannot see through the inline-assembly stores, still reads
-// through the read-only path.
-template <bool kEvictFirst, typename T>
-__device__ __forceinline__ T load(const T* p) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  const Bits* bits_ptr = reinterpret_cast<const Bits*>(p);
-  const Bits bits = kEvictFirst ? __ldcs(bits_ptr) : __ldg(bits_ptr);
-  T value;
-  memcpy(&value, &bits, sizeof(T));
-  return value;
-}
-
-// *p = value; kEvictFirst: a streaming store (__stcs).
-template <bool kEvictFirst, typename T>
-__device__ __forceinline__ void store(T* p, const T& value) {
-  if constexpr (kEvictFirst) {
-    using Bits = typename AccessBits<sizeof(T)>::Type;
-    Bits bits;
-    memcpy(&bits, &value, sizeof(T));
-    __stcs(reinterpret_cast<Bits*>(p), bits);
-  } else {
-    *p = value;
-  }
-}
+using kf::ElemPack;
+using kf::load;
+using kf::store;
 
 // Elements 2j and 2j + 1 of a pack as floats, and two floats packed into them. 16-bit elements
 // move as one 32-bit word per pair: one instruction each way.

@@ -90,6 +90,7 @@
 #include <cstring>
 
 #include "kforge/bulk_copy.cuh"
+#include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -109,64 +110,10 @@ static_assert(2 * kWarps * sizeof(float) + 2 * STAGES * sizeof(uint64_t) <=
                   kf_bulk::kStaticSharedReserve,
               "static shared memory stays within the reserve the stage plan leaves");
 
-// kVec consecutive elements, aligned so that one instruction loads or stores all of them.
-template <int kVec>
-struct alignas(kVec * sizeof(kf_elem)) ElemPack {
-  kf_elem v[kVec];
-};
-
-// The built-in type of a given size that the load and store intrinsics accept.
-template <int kBytes>
-struct AccessBits;
-template <>
-struct AccessBits<2> {
-  using Type = unsigned short;
-};
-template <>
-struct AccessBits<4> {
-  using Type = unsigned int;
-};
-template <>
-struct AccessBits<8> {
-  using Type = uint2;
-};
-template <>
-struct AccessBits<16> {
-  using Type = uint4;
-};
-
-// Loads *p with one access of sizeof(T) bytes (a struct of 16-bit elements would otherwise be
-// copied element by element). For x, in shared memory or global memory.
-template <typename T>
-__device__ __forceinline__ T load_pack(const T* p) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  const Bits bits = *reinterpret_cast<const Bits*>(p);
-  T value;
-  memcpy(&value, &bits, sizeof(T));
-  return value;
-}
-
-// Stores *p = value with one access of sizeof(T) bytes (e over x in shared memory).
-template <typename T>
-__device__ __forceinline__ void store_pack(T* p, const T& value) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  Bits bits;
-  memcpy(&bits, &value, sizeof(T));
-  *reinterpret_cast<Bits*>(p) = bits;
-}
-
-// Stores *p = value; with kStreamingHints evict-first (__stcs): y is not read again here.
-template <typename T>
-__device__ __forceinline__ void store(T* p, const T& value) {
-  if constexpr (kStreamingHints) {
-    using Bits = typename AccessBits<sizeof(T)>::Type;
-    Bits bits;
-    memcpy(&bits, &value, sizeof(T));
-    __stcs(reinterpret_cast<Bits*>(p), bits);
-  } else {
-    *p = value;
-  }
-}
+using kf::ElemPack;
+using kf::load_bits;
+using kf::store;
+using kf::store_bits;
 
 // exp(v) for v = x - max <= 0: one MUFU ex2. Flushes results below FLT_MIN to 0, far below
 // any tolerance of an output in [0, 1].
@@ -273,7 +220,7 @@ __device__ __forceinline__ void softmax_row_in_registers(const kf_elem* x_row, k
 #pragma unroll
   for (int i = 0; i < kExpPacks; ++i) {
     if (t + i * kThreads < split.packs) {
-      const Pack xp = load_pack(x_packs + t + i * kThreads);
+      const Pack xp = load_bits(x_packs + t + i * kThreads);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         e[i][k] = kf_to_float(xp.v[k]);
@@ -321,11 +268,11 @@ __device__ __forceinline__ void softmax_row_in_registers(const kf_elem* x_row, k
       for (int k = 0; k < kVec; ++k) {
         yp.v[k] = kf_from_float<kf_elem>(e[i][k] * inv_sum);
       }
-      store(y_packs + t + i * kThreads, yp);
+      store<kStreamingHints>(y_packs + t + i * kThreads, yp);
     }
   }
-  if (has_head) store(y_row + t, kf_from_float<kf_elem>(e_head * inv_sum));
-  if (has_tail) store(y_row + tail, kf_from_float<kf_elem>(e_tail * inv_sum));
+  if (has_head) store<kStreamingHints>(y_row + t, kf_from_float<kf_elem>(e_head * inv_sum));
+  if (has_tail) store<kStreamingHints>(y_row + tail, kf_from_float<kf_elem>(e_tail * inv_sum));
 }
 
 // One row of any length in three passes, by the kThreads threads of a group (this thread is
@@ -350,7 +297,7 @@ __device__ __forceinline__ void softmax_row_three_pass(const kf_elem* x_row, kf_
   float local_max = -FLT_MAX;
 #pragma unroll 4
   for (int p = t; p < split.packs; p += kThreads) {
-    const Pack xp = load_pack(x_packs + p);
+    const Pack xp = load_bits(x_packs + p);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       local_max = fmaxf(local_max, kf_to_float(xp.v[k]));
@@ -364,14 +311,14 @@ __device__ __forceinline__ void softmax_row_three_pass(const kf_elem* x_row, kf_
   float local_sum = 0.0f;
 #pragma unroll 4
   for (int p = t; p < split.packs; p += kThreads) {
-    Pack xp = load_pack(x_packs + p);
+    Pack xp = load_bits(x_packs + p);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const float e = exp_of_shifted(kf_to_float(xp.v[k]) - row_max);
       local_sum += e;
       if constexpr (kExpInPlace) xp.v[k] = e;
     }
-    if constexpr (kExpInPlace) store_pack(e_packs + p, xp);
+    if constexpr (kExpInPlace) store_bits(e_packs + p, xp);
   }
   if (has_head) {
     const float e = exp_of_shifted(kf_to_float(x_row[t]) - row_max);
@@ -393,16 +340,17 @@ __device__ __forceinline__ void softmax_row_three_pass(const kf_elem* x_row, kf_
   };
 #pragma unroll 4
   for (int p = t; p < split.packs; p += kThreads) {
-    const Pack xp = load_pack(x_packs + p);
+    const Pack xp = load_bits(x_packs + p);
     Pack yp;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       yp.v[k] = kf_from_float<kf_elem>(e_of(xp.v[k]) * inv_sum);
     }
-    store(y_packs + p, yp);
+    store<kStreamingHints>(y_packs + p, yp);
   }
-  if (has_head) store(y_row + t, kf_from_float<kf_elem>(e_of(x_row[t]) * inv_sum));
-  if (has_tail) store(y_row + tail, kf_from_float<kf_elem>(e_of(x_row[tail]) * inv_sum));
+  if (has_head) store<kStreamingHints>(y_row + t, kf_from_float<kf_elem>(e_of(x_row[t]) * inv_sum));
+  if (has_tail)
+    store<kStreamingHints>(y_row + tail, kf_from_float<kf_elem>(e_of(x_row[tail]) * inv_sum));
 }
 
 // Launch bounds: registers stay within what one block of BLOCK_THREADS may hold, and the

@@ -71,6 +71,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -86,59 +87,9 @@ static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 byt
 static_assert(VEC <= kGroupThreads, "a row's scalar head and tail take one pass of its group");
 static_assert(ROW_PACKS >= 0 && UNROLL >= 1, "ROW_PACKS counts packs, UNROLL counts loads");
 
-// kVec consecutive elements, aligned so that one instruction loads or stores all of them.
-template <int kVec>
-struct alignas(kVec * sizeof(kf_elem)) ElemPack {
-  kf_elem v[kVec];
-};
-
-// The built-in type of a given size that the load and store intrinsics (__ldg, __ldcs, __stcs)
-// accept.
-template <int kBytes>
-struct AccessBits;
-template <>
-struct AccessBits<2> {
-  using Type = unsigned short;
-};
-template <>
-struct AccessBits<4> {
-  using Type = unsigned int;
-};
-template <>
-struct AccessBits<8> {
-  using Type = uint2;
-};
-template <>
-struct AccessBits<16> {
-  using Type = uint4;
-};
-
-// Loads *p, which nothing writes during the kernel, through the read-only data path (__ldg,
-// what the compiler picks for x without cache hints; spelled out so that the __stcs stores,
-// which are inline assembly to the compiler, do not turn it into a plain load). kLastUse marks
-// the load as the last read of its data (__ldcs, evict-first) instead.
-template <bool kLastUse, typename T>
-__device__ __forceinline__ T load(const T* p) {
-  using Bits = typename AccessBits<sizeof(T)>::Type;
-  const Bits* bits_ptr = reinterpret_cast<const Bits*>(p);
-  const Bits bits = kLastUse ? __ldcs(bits_ptr) : __ldg(bits_ptr);
-  T value;
-  memcpy(&value, &bits, sizeof(T));
-  return value;
-}
-
-// Stores *p = value; kStreaming stores evict-first (__stcs): the value is not read again here.
-template <bool kStreaming, typename T>
-__device__ __forceinline__ void store(T* p, const T& value) {
-  if constexpr (kStreaming) {
-    using Bits = typename AccessBits<sizeof(T)>::Type;
-    Bits bits;
-    memcpy(&bits, &value, sizeof(T));
-    __stcs(reinterpret_cast<Bits*>(p), bits);
-  } else {
-    *p = value;
-  }
-}
+using kf::ElemPack;
+using kf::load;
+using kf::store;
 
 // Calls use(p, packs[p]) for this thread's packs p = first, first + kGroupThreads, ... < count,
 // in that order. The loads go out kBatch at a time before any of them is used, so kBatch loads
