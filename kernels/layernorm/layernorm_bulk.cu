@@ -93,6 +93,7 @@
 #include "kforge/bulk_copy.cuh"
 #include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
+#include "kforge/row_group.cuh"
 
 namespace {
 
@@ -114,70 +115,8 @@ using kf::ElemPack;
 using kf::load_bits;
 using kf::load_readonly;
 using kf::store;
-
-__device__ __forceinline__ float warp_sum(float value) {
-  // Butterfly: every lane adds the same pairs (a + b == b + a), so all lanes end with
-  // bit-identical sums.
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
-
-// Sums over the kGroupWarps warps of one group; every thread of the group gets the same
-// value. The warps' partial sums go through shared memory in two alternating slots, so the
-// next sum's writes cannot overtake this one's reads: a thread writes a slot again only after
-// the barrier of the sum in between, which every thread of the group reaches after reading.
-template <int kGroupWarps>
-class GroupSum {
- public:
-  // partials: [groups][2][kGroupWarps] floats in shared memory; barrier 1 + group is this
-  // group's own.
-  __device__ GroupSum(float* partials, int group)
-      : slots_(partials + group * 2 * kGroupWarps), barrier_(1 + group) {}
-
-  __device__ float operator()(float value) {
-    value = warp_sum(value);
-    if constexpr (kGroupWarps > 1) {
-      const int lane = threadIdx.x % kWarpSize;
-      float* slot = slots_ + parity_ * kGroupWarps;
-      if (lane == 0) slot[threadIdx.x / kWarpSize % kGroupWarps] = value;
-      kf_bulk::named_barrier_sync(barrier_, kGroupWarps * kWarpSize);
-      parity_ ^= 1;
-      // Every aligned run of kGroupWarps lanes holds all partials; a butterfly within the run
-      // leaves the same total in every lane.
-      value = slot[lane % kGroupWarps];
-      for (int offset = kGroupWarps / 2; offset > 0; offset /= 2) {
-        value += __shfl_xor_sync(0xffffffffu, value, offset);
-      }
-    }
-    return value;
-  }
-
- private:
-  float* slots_;
-  int barrier_;
-  int parity_ = 0;
-};
-
-// Where a row's packs are: [0, head) scalar, then `packs` packs of kVec elements starting on
-// a pack boundary of y, then the scalar tail [tail_start, n). The head and the tail are
-// shorter than kVec <= 32, so a group's thread t handles at most one element of each: head
-// element t and tail element tail_start + t.
-template <int kVec>
-struct RowSplit {
-  int head;
-  int packs;
-  int tail_start;
-
-  __device__ RowSplit(const kf_elem* y_row, int n) {
-    constexpr int kPackBytes = kVec * int(sizeof(kf_elem));
-    const int misalignment = int(reinterpret_cast<uintptr_t>(y_row) % kPackBytes);
-    head = min(n, (kPackBytes - misalignment) % kPackBytes / int(sizeof(kf_elem)));
-    packs = (n - head) / kVec;
-    tail_start = head + packs * kVec;
-  }
-};
+using kf_bulk::GroupReduce;
+using kf_bulk::RowSplit;
 
 // Weight and bias of row elements [first, first + kVec) as floats. kParamsInPacks: `first` is
 // a multiple of kVec and both are pack-aligned, so each comes in one vector load.
@@ -211,12 +150,12 @@ __device__ __forceinline__ kf_elem normalize(float d, float mean, float inv_std,
 // One row held in registers: n <= kRegPacks * kVec * kThreads, so this thread's packs are
 // p = t + i * kThreads for i < kRegPacks. By the kThreads threads of a group (this thread is
 // `t` of them). x_row: [n] in shared memory; y_row: [n]; they agree modulo the pack size.
-template <int kVec, bool kParamsInPacks, int kRegPacks, int kThreads, typename Sum>
+template <int kVec, bool kParamsInPacks, int kRegPacks, int kThreads, typename Reduce>
 __device__ __forceinline__ void layernorm_row_in_registers(const kf_elem* x_row,
                                                            const kf_elem* __restrict__ weight,
                                                            const kf_elem* __restrict__ bias,
                                                            kf_elem* y_row, int n, float eps,
-                                                           Sum& group_sum, int t) {
+                                                           Reduce& reduce, int t) {
   using Pack = ElemPack<kVec>;
   const RowSplit<kVec> split(y_row, n);
   const Pack* x_packs = reinterpret_cast<const Pack*>(x_row + split.head);  // [packs]
@@ -251,7 +190,7 @@ __device__ __forceinline__ void layernorm_row_in_registers(const kf_elem* x_row,
     d_tail = kf_to_float(x_row[tail]) - shift;
     local += d_tail;
   }
-  const float mean = group_sum(local) / float(n);  // of d, not of x
+  const float mean = reduce.sum(local) / float(n);  // of d, not of x
 
   local = 0.0f;
 #pragma unroll
@@ -266,7 +205,7 @@ __device__ __forceinline__ void layernorm_row_in_registers(const kf_elem* x_row,
   }
   if (has_head) local = fmaf(d_head - mean, d_head - mean, local);
   if (has_tail) local = fmaf(d_tail - mean, d_tail - mean, local);
-  const float inv_std = rsqrtf(group_sum(local) / float(n) + eps);
+  const float inv_std = rsqrtf(reduce.sum(local) / float(n) + eps);
 
 #pragma unroll
   for (int i = 0; i < kRegPacks; ++i) {
@@ -295,12 +234,12 @@ __device__ __forceinline__ void layernorm_row_in_registers(const kf_elem* x_row,
 // One row of any length in three passes, by the kThreads threads of a group (this thread is
 // `t` of them). x_row: [n], in shared memory (staged) or global memory (long rows); y_row:
 // [n]; they agree modulo the pack size.
-template <int kVec, bool kParamsInPacks, int kThreads, typename Sum>
+template <int kVec, bool kParamsInPacks, int kThreads, typename Reduce>
 __device__ __forceinline__ void layernorm_row_three_pass(const kf_elem* x_row,
                                                          const kf_elem* __restrict__ weight,
                                                          const kf_elem* __restrict__ bias,
                                                          kf_elem* y_row, int n, float eps,
-                                                         Sum& group_sum, int t) {
+                                                         Reduce& reduce, int t) {
   using Pack = ElemPack<kVec>;
   const RowSplit<kVec> split(y_row, n);
   const Pack* x_packs = reinterpret_cast<const Pack*>(x_row + split.head);  // [packs]
@@ -322,7 +261,7 @@ __device__ __forceinline__ void layernorm_row_three_pass(const kf_elem* x_row,
   }
   if (has_head) local += kf_to_float(x_row[t]) - shift;
   if (has_tail) local += kf_to_float(x_row[tail]) - shift;
-  const float mean = group_sum(local) / float(n);  // of d, not of x
+  const float mean = reduce.sum(local) / float(n);  // of d, not of x
 
   // Pass 2: sum of (d - mean)^2.
   local = 0.0f;
@@ -343,7 +282,7 @@ __device__ __forceinline__ void layernorm_row_three_pass(const kf_elem* x_row,
     const float dev = (kf_to_float(x_row[tail]) - shift) - mean;
     local = fmaf(dev, dev, local);
   }
-  const float inv_std = rsqrtf(group_sum(local) / float(n) + eps);
+  const float inv_std = rsqrtf(reduce.sum(local) / float(n) + eps);
 
   // Pass 3: y.
 #pragma unroll 2
@@ -388,7 +327,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
   using Ring = kf_bulk::TileRing<kf_elem, STAGES>;
   extern __shared__ __align__(128) unsigned char stage_memory[];  // [stages][stage_bytes]
   __shared__ typename Ring::Barriers barriers;
-  __shared__ float partials[2 * kWarps];  // GroupSum's slots
+  __shared__ float partials[2 * kWarps];  // GroupReduce's slots
 
   const int64_t tiles = (batch + rows_per_stage - 1) / rows_per_stage;
   Ring ring(barriers, stage_memory, stage_bytes, stages, x, batch * dim,
@@ -397,7 +336,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
 
   const int group = threadIdx.x / kGroupThreads;
   const int t = threadIdx.x % kGroupThreads;
-  GroupSum<WARPS_PER_ROW> group_sum(partials, group);
+  GroupReduce<WARPS_PER_ROW> reduce(partials, group);
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const kf_elem* rows = ring.acquire(tile);  // [rows_here, dim], shared memory
     const int64_t first_row = tile * rows_per_stage;
@@ -407,10 +346,10 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
       kf_elem* y_row = y + (first_row + r) * dim;
       if constexpr (kRegPacks > 0) {
         layernorm_row_in_registers<kVec, kParamsInPacks, kRegPacks, kGroupThreads>(
-            x_row, weight, bias, y_row, dim, eps, group_sum, t);
+            x_row, weight, bias, y_row, dim, eps, reduce, t);
       } else {
         layernorm_row_three_pass<kVec, kParamsInPacks, kGroupThreads>(x_row, weight, bias, y_row,
-                                                                      dim, eps, group_sum, t);
+                                                                      dim, eps, reduce, t);
       }
     }
     ring.release(tile);
@@ -426,10 +365,10 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
                         kf_elem* __restrict__ y,             // y: [batch, dim]
                         int64_t batch, int dim, float eps) {
   __shared__ float partials[2 * kWarps];
-  GroupSum<kWarps> block_sum(partials, 0);
+  GroupReduce<kWarps> block_reduce(partials, 0);
   for (int64_t row = blockIdx.x; row < batch; row += gridDim.x) {
     layernorm_row_three_pass<1, true, BLOCK_THREADS>(x + row * dim, weight, bias, y + row * dim,
-                                                     dim, eps, block_sum, threadIdx.x);
+                                                     dim, eps, block_reduce, threadIdx.x);
   }
 }
 

@@ -73,6 +73,7 @@
 #include "kforge/bulk_copy.cuh"
 #include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
+#include "kforge/row_group.cuh"
 
 namespace {
 
@@ -94,70 +95,8 @@ using kf::ElemPack;
 using kf::load_bits;
 using kf::load_readonly;
 using kf::store;
-
-__device__ __forceinline__ float warp_sum(float value) {
-  // Butterfly: every lane adds the same pairs (a + b == b + a), so all lanes end with
-  // bit-identical sums.
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
-
-// Sums over the kGroupWarps warps of one group; every thread of the group gets the same
-// value. The warps' partial sums go through shared memory in two alternating slots, so the
-// next sum's writes cannot overtake this one's reads: a thread writes a slot again only after
-// the barrier of the sum in between, which every thread of the group reaches after reading.
-template <int kGroupWarps>
-class GroupSum {
- public:
-  // partials: [groups][2][kGroupWarps] floats in shared memory; barrier 1 + group is this
-  // group's own.
-  __device__ GroupSum(float* partials, int group)
-      : slots_(partials + group * 2 * kGroupWarps), barrier_(1 + group) {}
-
-  __device__ float operator()(float value) {
-    value = warp_sum(value);
-    if constexpr (kGroupWarps > 1) {
-      const int lane = threadIdx.x % kWarpSize;
-      float* slot = slots_ + parity_ * kGroupWarps;
-      if (lane == 0) slot[threadIdx.x / kWarpSize % kGroupWarps] = value;
-      kf_bulk::named_barrier_sync(barrier_, kGroupWarps * kWarpSize);
-      parity_ ^= 1;
-      // Every aligned run of kGroupWarps lanes holds all partials; a butterfly within the run
-      // leaves the same total in every lane.
-      value = slot[lane % kGroupWarps];
-      for (int offset = kGroupWarps / 2; offset > 0; offset /= 2) {
-        value += __shfl_xor_sync(0xffffffffu, value, offset);
-      }
-    }
-    return value;
-  }
-
- private:
-  float* slots_;
-  int barrier_;
-  int parity_ = 0;
-};
-
-// Where a row's packs are: [0, head) scalar, then `packs` packs of kVec elements starting on
-// a pack boundary of y, then the scalar tail [tail_start, n). The head and the tail are
-// shorter than kVec <= 32, so a group's thread t handles at most one element of each: head
-// element t and tail element tail_start + t.
-template <int kVec>
-struct RowSplit {
-  int head;
-  int packs;
-  int tail_start;
-
-  __device__ RowSplit(const kf_elem* y_row, int n) {
-    constexpr int kPackBytes = kVec * int(sizeof(kf_elem));
-    const int misalignment = int(reinterpret_cast<uintptr_t>(y_row) % kPackBytes);
-    head = min(n, (kPackBytes - misalignment) % kPackBytes / int(sizeof(kf_elem)));
-    packs = (n - head) / kVec;
-    tail_start = head + packs * kVec;
-  }
-};
+using kf_bulk::GroupReduce;
+using kf_bulk::RowSplit;
 
 template <int kVec>
 __device__ __forceinline__ float add_squares(float sum_sq, const ElemPack<kVec>& pack) {
@@ -204,10 +143,10 @@ __device__ __forceinline__ kf_elem normalize_element(float x, float inv_rms, kf_
 // One row by the kThreads threads of a group (this thread is `t` of them). x_row: [n], in
 // shared memory (staged) or global memory (long rows); y_row: [n]. x_row and y_row agree
 // modulo the pack size.
-template <int kVec, bool kWeightInPacks, int kThreads, typename Sum>
+template <int kVec, bool kWeightInPacks, int kThreads, typename Reduce>
 __device__ __forceinline__ void rmsnorm_row(const kf_elem* x_row,
                                             const kf_elem* __restrict__ weight, kf_elem* y_row,
-                                            int n, float eps, Sum& group_sum, int t) {
+                                            int n, float eps, Reduce& reduce, int t) {
   using Pack = ElemPack<kVec>;
   const RowSplit<kVec> split(y_row, n);
   const Pack* x_packs = reinterpret_cast<const Pack*>(x_row + split.head);  // [packs]
@@ -227,7 +166,7 @@ __device__ __forceinline__ void rmsnorm_row(const kf_elem* x_row,
     const float v = kf_to_float(x_row[tail]);
     sum_sq = fmaf(v, v, sum_sq);
   }
-  const float inv_rms = rsqrtf(group_sum(sum_sq) / float(n) + eps);
+  const float inv_rms = rsqrtf(reduce.sum(sum_sq) / float(n) + eps);
 
 #pragma unroll 2
   for (int p = t; p < split.packs; p += kThreads) {
@@ -259,7 +198,7 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
   using Ring = kf_bulk::TileRing<kf_elem, STAGES>;
   extern __shared__ __align__(128) unsigned char stage_memory[];  // [stages][stage_bytes]
   __shared__ typename Ring::Barriers barriers;
-  __shared__ float partials[2 * kWarps];  // GroupSum's slots
+  __shared__ float partials[2 * kWarps];  // GroupReduce's slots
 
   const int64_t tiles = (M + rows_per_stage - 1) / rows_per_stage;
   Ring ring(barriers, stage_memory, stage_bytes, stages, x, M * N, int64_t(rows_per_stage) * N,
@@ -268,14 +207,14 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
 
   const int group = threadIdx.x / kGroupThreads;
   const int t = threadIdx.x % kGroupThreads;
-  GroupSum<WARPS_PER_ROW> group_sum(partials, group);
+  GroupReduce<WARPS_PER_ROW> reduce(partials, group);
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const kf_elem* rows = ring.acquire(tile);  // [rows_here, N], shared memory
     const int64_t first_row = tile * rows_per_stage;
     const int rows_here = int(min(int64_t(rows_per_stage), M - first_row));
     for (int r = group; r < rows_here; r += kRowGroups) {
-      rmsnorm_row<kVec, kWeightInPacks, kGroupThreads>(
-          rows + r * N, weight, y + (first_row + r) * N, N, eps, group_sum, t);
+      rmsnorm_row<kVec, kWeightInPacks, kGroupThreads>(rows + r * N, weight,
+                                                       y + (first_row + r) * N, N, eps, reduce, t);
     }
     ring.release(tile);
   }
@@ -289,9 +228,9 @@ __global__ void __launch_bounds__(BLOCK_THREADS, 1)
                       kf_elem* __restrict__ y,             // y: [M, N]
                       int64_t M, int N, float eps) {
   __shared__ float partials[2 * kWarps];
-  GroupSum<kWarps> block_sum(partials, 0);
+  GroupReduce<kWarps> block_reduce(partials, 0);
   for (int64_t row = blockIdx.x; row < M; row += gridDim.x) {
-    rmsnorm_row<1, true, BLOCK_THREADS>(x + row * N, weight, y + row * N, N, eps, block_sum,
+    rmsnorm_row<1, true, BLOCK_THREADS>(x + row * N, weight, y + row * N, N, eps, block_reduce,
                                         threadIdx.x);
   }
 }
