@@ -96,6 +96,72 @@ __device__ __forceinline__ void store(T* p, const T& value) {
   }
 }
 
+// L2 residency for a row read twice by one kernel: the first read asks L2 to keep its lines
+// (evict_last), so the second read finds them even while other blocks stream their rows through;
+// the second read marks them evict_first, since nothing reads them again.
+enum class L2Residency { keep, release };
+
+// The cache policy operand for loads with kResidency; make it once per thread, outside loops.
+template <L2Residency kResidency>
+__device__ __forceinline__ uint64_t l2_policy() {
+  uint64_t policy;
+  if constexpr (kResidency == L2Residency::keep) {
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  } else {
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  }
+  return policy;
+}
+
+// *p, which nothing writes during the kernel, read through the read-only path with an L2 policy
+// from l2_policy<kResidency>() (and the matching L1 priority).
+template <L2Residency kResidency, typename T>
+__device__ __forceinline__ T load_with_policy(const T* p, uint64_t policy) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
+                "2-, 4-, 8- or 16-byte packs");
+  typename AccessBits<sizeof(T)>::Type bits;
+  if constexpr (kResidency == L2Residency::keep) {
+    if constexpr (sizeof(T) == 16) {
+      asm("ld.global.nc.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+          : "=r"(bits.x), "=r"(bits.y), "=r"(bits.z), "=r"(bits.w)
+          : "l"(p), "l"(policy));
+    } else if constexpr (sizeof(T) == 8) {
+      asm("ld.global.nc.L1::evict_last.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+          : "=r"(bits.x), "=r"(bits.y)
+          : "l"(p), "l"(policy));
+    } else if constexpr (sizeof(T) == 4) {
+      asm("ld.global.nc.L1::evict_last.L2::cache_hint.u32 %0, [%1], %2;"
+          : "=r"(bits)
+          : "l"(p), "l"(policy));
+    } else {
+      asm("ld.global.nc.L1::evict_last.L2::cache_hint.u16 %0, [%1], %2;"
+          : "=h"(bits)
+          : "l"(p), "l"(policy));
+    }
+  } else {
+    if constexpr (sizeof(T) == 16) {
+      asm("ld.global.nc.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+          : "=r"(bits.x), "=r"(bits.y), "=r"(bits.z), "=r"(bits.w)
+          : "l"(p), "l"(policy));
+    } else if constexpr (sizeof(T) == 8) {
+      asm("ld.global.nc.L1::evict_first.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;"
+          : "=r"(bits.x), "=r"(bits.y)
+          : "l"(p), "l"(policy));
+    } else if constexpr (sizeof(T) == 4) {
+      asm("ld.global.nc.L1::evict_first.L2::cache_hint.u32 %0, [%1], %2;"
+          : "=r"(bits)
+          : "l"(p), "l"(policy));
+    } else {
+      asm("ld.global.nc.L1::evict_first.L2::cache_hint.u16 %0, [%1], %2;"
+          : "=h"(bits)
+          : "l"(p), "l"(policy));
+    }
+  }
+  T value;
+  memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+
 }  // namespace kf
 
 #endif  // KFORGE_ELEM_ACCESS_CUH_

@@ -10,6 +10,7 @@
  * param: CACHE_HINTS = 0 in {0, 1}
  * param: EARLY_WEIGHT = 0 in {0, 1}
  * param: MIN_BLOCKS = 1 in {1, 2, 4, 6, 8}
+ * param: L2_KEEP_ROW = 0 in {0, 1}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
@@ -17,6 +18,7 @@
  * require: BLOCK_THREADS * MIN_BLOCKS <= max_threads_per_sm
  * require: ROW_PACKS == 0 || UNROLL == 1
  * require: ROW_PACKS > 0 || EARLY_WEIGHT == 0
+ * require: ROW_PACKS == 0 || L2_KEEP_ROW == 0
  * # With a known N, keep only the smallest ROW_PACKS whose registers hold the row.
  * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= N
  * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < N
@@ -71,6 +73,9 @@
 //   MIN_BLOCKS      blocks per SM the registers must leave room for (the second argument of
 //                   __launch_bounds__): more resident blocks keep more loads in flight per SM,
 //                   too many make ptxas spill (the tuner drops spilling variants).
+//   L2_KEEP_ROW     two-pass only: 1 reads pass 1 with an L2 evict_last policy and pass 2 with
+//                   evict_first, so the row is still in L2 when pass 2 reads it while other
+//                   blocks stream their rows in (torch.compile's rmsnorm does the same).
 #include <cstdint>
 #include <cstring>
 
@@ -115,21 +120,22 @@ __device__ __forceinline__ float group_sum(float value, int group) {
   return warp_sum(value);
 }
 
-// Calls use(p, packs[p]) for this thread's packs p = first, first + kGroupThreads, ... < count,
-// in that order. The loads go out kBatch at a time before any of them is used, so kBatch loads
-// per thread are in flight while `use` carries its dependency (a running sum) from pack to pack.
-// Both loops stay rolled (unroll 1) so that kBatch, not the compiler's own unrolling, decides
+// Calls use(p, load(packs + p)) for this thread's packs p = first, first + kGroupThreads, ... <
+// count, in that order. The loads go out kBatch at a time before any of them is used, so kBatch
+// loads per thread are in flight while `use` carries its dependency (a running sum) from pack to
+// pack. Both loops stay rolled (unroll 1) so that kBatch, not the compiler's own unrolling, decides
 // the loads in flight and the registers they take. The remainder, fewer than kBatch packs,
 // goes one at a time.
-template <int kBatch, bool kLastUse, typename Pack, typename Use>
-__device__ __forceinline__ void for_each_pack(const Pack* packs, int count, int first, Use use) {
+template <int kBatch, typename Pack, typename Load, typename Use>
+__device__ __forceinline__ void for_each_pack(const Pack* packs, int count, int first, Load load,
+                                              Use use) {
   int p = first;
 #pragma unroll 1
   for (; p + (kBatch - 1) * kGroupThreads < count; p += kBatch * kGroupThreads) {
     Pack batch[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      batch[b] = load<kLastUse>(packs + p + b * kGroupThreads);
+      batch[b] = load(packs + p + b * kGroupThreads);
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -138,7 +144,7 @@ __device__ __forceinline__ void for_each_pack(const Pack* packs, int count, int 
   }
 #pragma unroll 1
   for (; p < count; p += kGroupThreads) {
-    use(p, load<kLastUse>(packs + p));
+    use(p, load(packs + p));
   }
 }
 
@@ -296,11 +302,24 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
       store<kStreamingHints>(y_row + j, normalize_element(x_tail, inv_rms, weight[j]));
     }
   } else {
-    // Pass 1: sum of x^2 over the row. No last-use hint, so the row stays in L2 for pass 2.
+    // Pass 1: sum of x^2 over the row. No last-use hint, so the row stays in L2 for pass 2;
+    // with L2_KEEP_ROW, L2 is asked to keep it.
+    using kf::L2Residency;
+    constexpr bool kKeepRow = L2_KEEP_ROW != 0;
+    const uint64_t keep_policy = kKeepRow ? kf::l2_policy<L2Residency::keep>() : 0;
+    const uint64_t release_policy = kKeepRow ? kf::l2_policy<L2Residency::release>() : 0;
+    const auto first_read = [&](const Pack* q) {
+      if constexpr (kKeepRow) return kf::load_with_policy<L2Residency::keep>(q, keep_policy);
+      return load<false>(q);
+    };
+    const auto last_read = [&](const Pack* q) {
+      if constexpr (kKeepRow) return kf::load_with_policy<L2Residency::release>(q, release_policy);
+      return load<kStreamingHints>(q);
+    };
     float sum_sq = 0.0f;
     if (has_row) {
-      for_each_pack<UNROLL, false>(x_packs, packs, thread_in_group,
-                                   [&](int, const Pack& xp) { sum_sq = add_squares(sum_sq, xp); });
+      for_each_pack<UNROLL>(x_packs, packs, thread_in_group, first_read,
+                            [&](int, const Pack& xp) { sum_sq = add_squares(sum_sq, xp); });
     }
     if (has_head) {
       const float v = kf_to_float(load<false>(x_row + thread_in_group));
@@ -315,11 +334,10 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
     const float inv_rms = rsqrtf(row_sum_sq / float(N) + eps);
 
     // Pass 2: y = x * inv_rms * weight; the last read of x.
-    for_each_pack<UNROLL, kStreamingHints>(
-        x_packs, packs, thread_in_group, [&](int p, const Pack& xp) {
-          store<kStreamingHints>(y_packs + p, normalize_pack<kVec, kWeightInPacks>(
-                                                  xp, weight, head + p * kVec, inv_rms));
-        });
+    for_each_pack<UNROLL>(x_packs, packs, thread_in_group, last_read, [&](int p, const Pack& xp) {
+      store<kStreamingHints>(
+          y_packs + p, normalize_pack<kVec, kWeightInPacks>(xp, weight, head + p * kVec, inv_rms));
+    });
     if (has_head) {
       const int j = thread_in_group;
       const float v = kf_to_float(load<kStreamingHints>(x_row + j));

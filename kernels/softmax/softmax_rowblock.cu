@@ -4,13 +4,15 @@
  * dtypes: f16, bf16, f32
  * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
  * param: VEC = 4 in {2, 4, 8}
- * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32}
+ * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32, 64}
  * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
  * param: UNROLL = 2 in {1, 2, 4}
  * param: CACHE_HINTS = 0 in {0, 1}
  * param: MIN_BLOCKS = 1 in {1, 2, 4, 6, 8}
- * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
- * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
+ * # A row's group: whole warps, or 4 to 16 lanes of one warp (narrow rows).
+ * require: BLOCK_THREADS >= 4 * ROWS_PER_BLOCK
+ * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0 || 32 % (BLOCK_THREADS / ROWS_PER_BLOCK) == 0
+ * require: VEC <= BLOCK_THREADS / ROWS_PER_BLOCK
  * require: VEC * elem_bytes <= 16
  * require: BLOCK_THREADS <= max_threads_per_block
  * require: BLOCK_THREADS * MIN_BLOCKS <= max_threads_per_sm
@@ -20,11 +22,13 @@
  * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < cols
  * threads: BLOCK_THREADS
  */
-// Softmax over the last dim with one group of whole warps per row: y = exp(x - max) / sum.
+// Softmax over the last dim with one group of threads per row: y = exp(x - max) / sum.
 //
 // Idea: a block of BLOCK_THREADS threads is split into ROWS_PER_BLOCK groups, and each group
-// owns one row. Everything is accumulated in fp32. The kernel is bound by memory traffic, so
-// the tunables are about how x is read:
+// owns one row: whole warps, or for narrow rows (cols ~ 128) 4 to 16 lanes of a warp, so that a
+// warp works on several rows at once and reduces each with fewer shuffles. Everything is
+// accumulated in fp32. The kernel is bound by memory traffic, so the tunables are about how x is
+// read:
 //
 //   two-pass (ROW_PACKS = 0): pass 1 reads the row once and keeps, per thread, a running
 //     maximum m and the sum s = sum(exp(x - m)) ("online" softmax: when m grows, s is rescaled
@@ -51,7 +55,8 @@
 //   VEC             elements per vector load/store (VEC * elem_bytes <= 16). The default, 4,
 //                   is the widest every dtype allows (8 f32 elements would be 32 bytes).
 //   ROWS_PER_BLOCK  rows per block; more than one keeps short rows (cols ~ 128) from
-//                   leaving most of a large block idle.
+//                   leaving most of a large block idle. Groups smaller than a warp (BLOCK_THREADS
+//                   / ROWS_PER_BLOCK < 32) reduce with shuffles over their own lanes only.
 //   ROW_PACKS       0: two-pass. k > 0: single-read, each thread holding up to k packs of x in
 //                   registers. Larger k fits longer rows but costs registers (and occupancy);
 //                   with known cols only the smallest k that fits is kept.
@@ -79,10 +84,14 @@ namespace {
 constexpr int kWarpSize = 32;
 constexpr int kWarps = BLOCK_THREADS / kWarpSize;
 constexpr int kGroupThreads = BLOCK_THREADS / ROWS_PER_BLOCK;  // threads that share one row
-constexpr int kWarpsPerGroup = kGroupThreads / kWarpSize;
+constexpr int kWarpsPerGroup = kGroupThreads / kWarpSize;      // 0: a group is part of a warp
+// Lanes a shuffle reduction spans: a sub-warp group's own lanes (an aligned run of
+// kGroupThreads lanes, so xor partners below kGroupThreads stay in the group), else the warp.
+constexpr int kShuffleLanes = kGroupThreads < kWarpSize ? kGroupThreads : kWarpSize;
 constexpr bool kStreamingHints = CACHE_HINTS != 0;
 
-static_assert(kGroupThreads % kWarpSize == 0, "each row must be owned by whole warps");
+static_assert(kGroupThreads % kWarpSize == 0 || kWarpSize % kGroupThreads == 0,
+              "a row is owned by whole warps or by an aligned part of one warp");
 static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 bytes");
 static_assert(VEC <= kGroupThreads, "a row's scalar head and tail take one pass of its group");
 static_assert(ROW_PACKS >= 0 && UNROLL >= 1, "ROW_PACKS counts packs, UNROLL counts loads");
@@ -158,30 +167,31 @@ __device__ __forceinline__ void add_pack(MaxSum& acc, const ElemPack<kVec>& pack
   }
 }
 
-// Merges the (max, sum) pairs of a warp's lanes: the warp's max, then each lane rescales its
+// Merges the (max, sum) pairs of kLanes aligned lanes: their max, then each lane rescales its
 // sum to it (one exp per lane) and the sums are added. The butterfly adds the same pairs in
 // every lane (a + b == b + a), so all lanes end with bit-identical results.
+template <int kLanes>
 __device__ __forceinline__ MaxSum warp_merge(MaxSum acc) {
   float max = acc.max;
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
     max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
   }
   float sum = acc.sum * expf(acc.max - max);
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
     sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   }
   return MaxSum{max, sum};
 }
 
-// Merges over the kWarpsPerGroup warps of this thread's group; every thread of the group gets
-// the same result. Unless a group is one warp (then shuffles suffice), it contains a
+// Merges over this thread's group; every thread of the group gets the same result. Unless a
+// group is at most one warp (then shuffles suffice), it contains a
 // __syncthreads(), so every thread of the block must call it.
 __device__ __forceinline__ MaxSum group_merge(MaxSum acc, int group) {
   __shared__ float warp_max[kWarps];
   __shared__ float warp_sum[kWarps];
   const int lane = threadIdx.x % kWarpSize;
-  acc = warp_merge(acc);
-  if constexpr (kWarpsPerGroup == 1) return acc;  // a one-warp row needs no block barrier
+  acc = warp_merge<kShuffleLanes>(acc);
+  if constexpr (kWarpsPerGroup <= 1) return acc;  // a row within one warp needs no barrier
   if (lane == 0) {
     warp_max[threadIdx.x / kWarpSize] = acc.max;
     warp_sum[threadIdx.x / kWarpSize] = acc.sum;
@@ -192,22 +202,23 @@ __device__ __forceinline__ MaxSum group_merge(MaxSum acc, int group) {
     part.max = warp_max[group * kWarpsPerGroup + lane];
     part.sum = warp_sum[group * kWarpsPerGroup + lane];
   }
-  return warp_merge(part);
+  return warp_merge<kWarpSize>(part);
 }
 
 // ---- Single-read: max, then sum ----
 
 // Max over the group, every thread of the group gets it. fmaxf is exact and commutative, so
-// all lanes agree. Like group_merge, it contains a __syncthreads() unless a group is one warp,
+// all lanes agree. Like group_merge, it contains a __syncthreads() unless a group is at most
+// one warp,
 // so every thread of the block must call it. Its
 // shared array is its own, so it needs no barrier against group_sum's.
 __device__ __forceinline__ float group_max(float value, int group) {
   __shared__ float warp_max[kWarps];
   const int lane = threadIdx.x % kWarpSize;
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+  for (int offset = kShuffleLanes / 2; offset > 0; offset /= 2) {
     value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
   }
-  if constexpr (kWarpsPerGroup == 1) return value;
+  if constexpr (kWarpsPerGroup <= 1) return value;
   if (lane == 0) warp_max[threadIdx.x / kWarpSize] = value;
   __syncthreads();
   value = lane < kWarpsPerGroup ? warp_max[group * kWarpsPerGroup + lane] : -FLT_MAX;
@@ -222,10 +233,10 @@ __device__ __forceinline__ float group_max(float value, int group) {
 __device__ __forceinline__ float group_sum(float value, int group) {
   __shared__ float warp_sum[kWarps];
   const int lane = threadIdx.x % kWarpSize;
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+  for (int offset = kShuffleLanes / 2; offset > 0; offset /= 2) {
     value += __shfl_xor_sync(0xffffffffu, value, offset);
   }
-  if constexpr (kWarpsPerGroup == 1) return value;
+  if constexpr (kWarpsPerGroup <= 1) return value;
   if (lane == 0) warp_sum[threadIdx.x / kWarpSize] = value;
   __syncthreads();
   value = lane < kWarpsPerGroup ? warp_sum[group * kWarpsPerGroup + lane] : 0.0f;

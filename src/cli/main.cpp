@@ -9,6 +9,7 @@
 //
 // Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
 // 3 an internal error.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -110,7 +111,67 @@ struct CheckFlags {
   double timeout_seconds = 0;
   bool keep = false;
   std::string json_path;
+  std::string table;
 };
+
+// `kforge check --table T --dtype D...`: the five stages in each dtype D for every distinct
+// variant of a tuned table, each result recorded in the table's rows (the library lets a dtype
+// borrow a row only once it has passed there).
+int cmd_check_table(const CheckFlags& flags, const DeviceFlags& device) {
+  if (flags.dtypes.empty()) throw UsageError("--table needs the dtypes to check (--dtype D)");
+  const std::filesystem::path table_path = flags.table;
+  const nlohmann::json table = read_tuned_table(table_path);
+  const std::string op = table.value("op", std::string());
+  const nlohmann::json rows = table.at("sizes");
+  // Distinct (file, params) pairs, in table order.
+  std::vector<std::pair<std::string, nlohmann::json>> variants;
+  for (const auto& row : rows) {
+    if (!row.contains("file") || row.at("file").is_null()) continue;
+    std::pair<std::string, nlohmann::json> v{row.at("file").get<std::string>(),
+                                             row.value("params", nlohmann::json::object())};
+    if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
+  }
+  const std::vector<KernelFile> files = library_files(op, pick_backend(device, nullptr));
+  int failed = 0;
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const auto& [name, params_json] = variants[i];
+    const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
+      return f.path.filename().string() == name;
+    });
+    if (file == files.end())
+      throw UsageError(fmt::format("{}: no library file {}", flags.table, name));
+    KernelSession session(file->path.string(), device, flags.keep);
+    std::vector<std::string> params;
+    for (const auto& [param, value] : params_json.items())
+      params.push_back(fmt::format("{}={}", param, value.get<long long>()));
+    for (const DType dtype : parse_dtypes(flags.dtypes)) {
+      CheckOptions options;
+      options.seed = flags.seed;
+      options.dtypes = {dtype};
+      options.params = parse_params(params);
+      options.arch = flags.arch;
+      options.timeout =
+          std::chrono::milliseconds(static_cast<long long>(flags.timeout_seconds * 1000));
+      progress_line(fmt::format("[{}/{}] {} {} {}", i + 1, variants.size(), name,
+                                params_json.dump(), dtype_name(dtype)));
+      const CheckReport report = session.checker.check(session.file, options, [](auto&&) {});
+      const std::string result =
+          report.passed()
+              ? "PASS (five stages)"
+              : fmt::format("FAIL ({}): {}", verdict_name(report.verdict), report.detail);
+      if (!report.passed()) ++failed;
+      const int updated =
+          record_table_check(table_path, name, params_json, dtype, result, report.seed);
+      lines.push_back(fmt::format("{:<5} {:<4} {} {}  ({} rows)", report.passed() ? "PASS" : "FAIL",
+                                  dtype_name(dtype), name, params_json.dump(), updated));
+    }
+  }
+  fmt::print("\n{} ({} variants):\n", flags.table, variants.size());
+  for (const auto& line : lines)
+    fmt::print("  {}\n", line);
+  return failed == 0 ? 0 : 1;
+}
 
 int cmd_check(const CheckFlags& flags, const DeviceFlags& device,
               const std::vector<std::string>& argv) {
@@ -260,7 +321,10 @@ int main(int argc, char** argv) {
 
   CheckFlags check_flags;
   auto* check = app.add_subcommand("check", "Five-stage correctness check of a kernel file");
-  check->add_option("file", check_flags.file, "Kernel file (.cu or .cpp)")->required();
+  check->add_option("file", check_flags.file, "Kernel file (.cu or .cpp)");
+  check->add_option("--table", check_flags.table,
+                    "Check every variant of this tuned table in the --dtype dtypes and record "
+                    "the results in its rows (instead of FILE)");
   check->add_option("--dtype", check_flags.dtypes, "Only these dtypes (repeatable)");
   check->add_option("--param", check_flags.params, "NAME=VALUE (repeatable)");
   check->add_option("--stage", check_flags.stages, "Only these stages (repeatable)")
@@ -326,6 +390,9 @@ int main(int argc, char** argv) {
     if (*devices) return cmd_devices(devices_json);
     if (app.got_subcommand("ops")) return cmd_ops();
     if (*ceilings) return cmd_ceilings(device_flags, refresh, ceilings_json);
+    if (*check && !check_flags.table.empty()) return cmd_check_table(check_flags, device_flags);
+    if (*check && check_flags.file.empty())
+      throw UsageError("check: give a kernel FILE or --table");
     if (*check) return cmd_check(check_flags, device_flags, args);
     if (*bench) return cmd_bench(bench_flags, device_flags, args);
     if (*tune) return cmd_tune(tune_flags, device_flags, args);

@@ -41,6 +41,27 @@ std::string tunables_text(const KernelFile& file, const nlohmann::json& params) 
   return fmt::format("{}", fmt::join(parts, " "));
 }
 
+// --fix NAME=VALUE: the search keeps NAME at VALUE (its only candidate, and the start) in every
+// file that declares it.
+void fix_params(std::vector<KernelFile>& files, const ParamValues& fixed) {
+  for (const auto& [name, value] : fixed) {
+    bool declared = false;
+    for (auto& file : files) {
+      for (auto& p : file.params) {
+        if (p.name != name) continue;
+        if (std::find(p.candidates.begin(), p.candidates.end(), value) == p.candidates.end()) {
+          throw UsageError(fmt::format("--fix {}={}: not a candidate in {}", name, value,
+                                       file.path.filename().string()));
+        }
+        p.candidates = {value};
+        p.default_value = value;
+        declared = true;
+      }
+    }
+    if (!declared) throw UsageError(fmt::format("--fix {}: no tuned file declares it", name));
+  }
+}
+
 const KernelFile* file_of(const std::vector<KernelFile>& files, const std::string& name) {
   for (const auto& f : files) {
     if (f.path.filename().string() == name) return &f;
@@ -204,6 +225,7 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   tune->add_option("--budget", flags.budget,
                    "At most N evaluations, or P% of the feasible space (default: no limit)");
   tune->add_option("--time", flags.max_seconds, "Wall-clock budget in seconds (0: no limit)");
+  tune->add_option("--fix", flags.fixed, "NAME=VALUE: keep a tunable at one value (repeatable)");
   tune->add_option("--seed", flags.seed, "Strategy seed (default: derived from the problem)");
   tune->add_option("--lookahead", flags.lookahead, "Proposals in flight (compiling ahead)")
       ->capture_default_str();
@@ -297,6 +319,7 @@ int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
   } else {
     files = library_files(flags.target, backend);
   }
+  fix_params(files, parse_params(flags.fixed));
   std::vector<const KernelFile*> file_ptrs;
   for (const auto& f : files)
     file_ptrs.push_back(&f);

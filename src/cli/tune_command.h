@@ -16,7 +16,8 @@ struct TuneFlags {
   std::string sizes;  // "all": every size of the op's benchmark sweep
   std::string dtype = "bf16";
   std::string strategy = "local";
-  std::string budget;  // "N" evaluations or "P%" of the feasible space
+  std::string budget;              // "N" evaluations or "P%" of the feasible space
+  std::vector<std::string> fixed;  // NAME=VALUE tunables held at one value
   double max_seconds = 0;
   uint64_t seed = 0;
   size_t lookahead = 16;

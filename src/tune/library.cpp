@@ -113,11 +113,14 @@ nlohmann::json write_tuned_table(const fs::path& path, const OpSpec& op, DType d
 }
 
 std::string LibraryChoice::describe() const {
+  const std::string borrowed =
+      borrowed_from ? fmt::format(", {} table, checked in this dtype", dtype_name(*borrowed_from))
+                    : std::string();
   switch (source) {
     case Source::exact_size:
-      return fmt::format("tuned at {}", tuned_shape);
+      return fmt::format("tuned at {}{}", tuned_shape, borrowed);
     case Source::nearest_size:
-      return fmt::format("tuned at {} (the nearest tuned size)", tuned_shape);
+      return fmt::format("tuned at {} (the nearest tuned size{})", tuned_shape, borrowed);
     case Source::defaults:
       break;
   }
@@ -134,6 +137,7 @@ nlohmann::json LibraryChoice::to_json() const {
   if (!tuned_shape.empty()) j["tuned_shape"] = tuned_shape;
   if (tuned_median_us) j["tuned_median_us"] = *tuned_median_us;
   if (!table.empty()) j["table"] = table.string();
+  if (borrowed_from) j["table_dtype"] = dtype_name(*borrowed_from);
   return j;
 }
 
@@ -177,6 +181,38 @@ std::optional<ParamValues> valid_params(const KernelFile& file, const nlohmann::
 
 }  // namespace
 
+bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype) {
+  if (dtype == table_dtype) return row.value("final_check", std::string()).starts_with("PASS");
+  const std::string name(dtype_name(dtype));
+  if (!row.contains("checks") || !row.at("checks").contains(name)) return false;
+  return row.at("checks").at(name).value("result", std::string()).starts_with("PASS");
+}
+
+int record_table_check(const fs::path& path, const std::string& file, const nlohmann::json& params,
+                       DType dtype, const std::string& result, uint64_t seed) {
+  nlohmann::json table = read_tuned_table(path);
+  int updated = 0;
+  for (auto& row : table.at("sizes")) {
+    if (!row.contains("file") || row.at("file") != file ||
+        row.value("params", nlohmann::json()) != params) {
+      continue;
+    }
+    row["checks"][std::string(dtype_name(dtype))] = {{"result", result},
+                                                     {"seed", seed},
+                                                     {"git_sha", git_state().sha},
+                                                     {"checked_at", utc_timestamp()}};
+    ++updated;
+  }
+  const fs::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << table.dump(2) << "\n";
+    if (!out) throw Error(fmt::format("cannot write {}", temporary.string()));
+  }
+  fs::rename(temporary, path);
+  return updated;
+}
+
 LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
                              const DeviceInfo& device) {
   const std::string backend = device.backend;
@@ -184,9 +220,18 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
   LibraryChoice choice;
   choice.file = library_kernels_dir() / starter_kernel(op.name(), backend == "cuda");
 
-  const fs::path table_path = tuned_table_path(std::string(op.name()), dtype, device_key(device));
+  // The dtype's own table, else one of the same element size (see library.h).
+  DType table_dtype = dtype;
+  fs::path table_path = tuned_table_path(std::string(op.name()), dtype, device_key(device));
+  for (const DType other : {DType::f16, DType::bf16}) {
+    if (fs::exists(table_path)) break;
+    if (other == dtype || dtype_size(other) != dtype_size(dtype)) continue;
+    table_dtype = other;
+    table_path = tuned_table_path(std::string(op.name()), other, device_key(device));
+  }
   if (!fs::exists(table_path)) return choice;
   choice.table = table_path;
+  if (table_dtype != dtype) choice.borrowed_from = table_dtype;
   const nlohmann::json table = read_tuned_table(table_path);
   // Any JSON error in a row's structure (a row without params, sizes that are not numbers) is
   // the table's: say which file.
@@ -198,7 +243,7 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
     std::vector<std::pair<double, const nlohmann::json*>> rows;
     for (const auto& row : table_rows) {
       if (!row.contains("file") || row.at("file").is_null() || !row.contains("sizes")) continue;
-      if (!row.value("final_check", std::string()).starts_with("PASS")) continue;
+      if (!row_serves_dtype(row, table_dtype, dtype)) continue;
       Sizes row_sizes = row.at("sizes").get<Sizes>();
       rows.emplace_back(size_distance(sizes, row_sizes), &row);
     }

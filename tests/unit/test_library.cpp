@@ -109,12 +109,13 @@ json table_row(int64_t m, int64_t n, const std::string& file, const json& params
           {"final_check", final_check}};
 }
 
-// Writes the rmsnorm f32 table for this machine's CPU (in the tree KFORGE_INCLUDE_DIR names).
-fs::path write_table(const std::vector<json>& rows) {
+// Writes the rmsnorm table (f32 unless told) for this machine's CPU (in the tree
+// KFORGE_INCLUDE_DIR names).
+fs::path write_table(const std::vector<json>& rows, DType dtype = DType::f32) {
   const std::string key = device_key(cpu_device_info());
-  const fs::path path = tuned_table_path("rmsnorm", DType::f32, key);
+  const fs::path path = tuned_table_path("rmsnorm", dtype, key);
   write_text(path, json{{"op", "rmsnorm"},
-                        {"dtype", "f32"},
+                        {"dtype", dtype_name(dtype)},
                         {"device", key},
                         {"strategy", "exhaustive"},
                         {"sizes", rows}}
@@ -340,6 +341,50 @@ void expect_table_error(const fs::path& table, const std::function<void()>& choo
   } catch (const std::exception& e) {
     ADD_FAILURE() << "not a kforge::Error: " << e.what();
   }
+}
+
+TEST_F(LibraryChoiceTest, SameWidthDtypeBorrowsOnlyRowsCheckedInIt) {
+  const fs::path table = write_table(
+      {table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5),
+       table_row(1024, 768, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 2}, {"CHUNK", 256}}, 10.25),
+       table_row(2048, 2048, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 60.0)},
+      DType::bf16);
+  // Nothing checked in f16 yet: f16 gets the defaults, though a bf16 table exists.
+  EXPECT_EQ(choose(mn(4096, 4096), DType::f16).source, LibraryChoice::Source::defaults);
+
+  // Both rows running UNROLL=8 get the pass; the chunked row gets a failure.
+  EXPECT_EQ(record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 8}}, DType::f16,
+                               "PASS (five stages)", 7),
+            2);
+  EXPECT_EQ(
+      record_table_check(table, "rmsnorm_chunked_cpu.cpp", json{{"CHUNK", 256}, {"UNROLL", 2}},
+                         DType::f16, "FAIL (WRONG): x", 7),
+      1);
+  EXPECT_EQ(
+      record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 4}}, DType::f16, "PASS", 7), 0);
+  const json rows = read_tuned_table(table).at("sizes");
+  EXPECT_EQ(rows[0].at("checks").at("f16").at("result"), "PASS (five stages)");
+  EXPECT_EQ(rows[0].at("checks").at("f16").at("seed"), 7);
+  EXPECT_TRUE(row_serves_dtype(rows[0], DType::bf16, DType::f16));
+  EXPECT_TRUE(row_serves_dtype(rows[0], DType::bf16, DType::bf16));
+  EXPECT_FALSE(row_serves_dtype(rows[0], DType::bf16, DType::f32));
+  EXPECT_FALSE(row_serves_dtype(rows[1], DType::bf16, DType::f16));
+
+  const LibraryChoice f16 = choose(mn(4096, 4096), DType::f16);
+  EXPECT_EQ(f16.source, LibraryChoice::Source::exact_size);
+  EXPECT_EQ(f16.params, (ParamValues{{"UNROLL", 8}}));
+  ASSERT_TRUE(f16.borrowed_from.has_value());
+  EXPECT_EQ(*f16.borrowed_from, DType::bf16);
+  EXPECT_EQ(f16.describe(), "tuned at 4096x4096, bf16 table, checked in this dtype");
+  EXPECT_EQ(f16.to_json().at("table_dtype"), "bf16");
+  // The failed row is skipped: 1024x768 falls to the nearest checked row.
+  const LibraryChoice small = choose(mn(1024, 768), DType::f16);
+  EXPECT_EQ(small.file, kernel("rmsnorm_cpu.cpp"));
+  EXPECT_EQ(small.tuned_shape, "2048x2048");
+  // f32 has another element size: it never borrows.
+  EXPECT_EQ(choose(mn(4096, 4096), DType::f32).source, LibraryChoice::Source::defaults);
+  // bf16 itself is unaffected.
+  EXPECT_FALSE(choose(mn(4096, 4096), DType::bf16).borrowed_from.has_value());
 }
 
 TEST_F(LibraryChoiceTest, MalformedTableThrowsAnErrorNamingIt) {

@@ -580,6 +580,33 @@ TEST(TuneCli, KilledTuneResumesFromTheDatabase) {
 
 // `--update-table` with `--shape` replaces or adds one size's row and keeps the others; a table
 // for another dtype is refused rather than mixed.
+TEST(TuneCli, FixHoldsATunableAtOneValue) {
+  const auto dir = test::temp_dir("tune-fix");
+  ::setenv("KFORGE_CACHE_DIR", (dir / "cache").c_str(), 1);
+  const auto tune = [&](const std::string& fix) {
+    return run_command({test::kforge_binary(), "tune",
+                        (test::source_root() / "kernels/matmul/matmul_cpu.cpp").string(), "--shape",
+                        "32x48x40", "--dtype", "f32", "--budget", "3", "--no-final-check", "--db",
+                        (dir / "results.sqlite").string(), "--fix", fix, "--json", "-"},
+                       std::chrono::minutes(5));
+  };
+  const CommandResult fixed = tune("K_BLOCK=32");
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.output;
+  const auto json_start = fixed.output.find("{\n");
+  ASSERT_NE(json_start, std::string::npos) << fixed.output;
+  const auto report = nlohmann::json::parse(fixed.output.substr(json_start));
+  EXPECT_EQ(report.at("baseline").at("params").at("K_BLOCK"), 32);
+  EXPECT_EQ(report.at("best").at("params").at("K_BLOCK"), 32);
+
+  const CommandResult not_candidate = tune("K_BLOCK=48");
+  EXPECT_EQ(not_candidate.exit_code, 2);
+  EXPECT_NE(not_candidate.output.find("not a candidate"), std::string::npos)
+      << not_candidate.output;
+  const CommandResult unknown = tune("TILE=16");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("no tuned file declares it"), std::string::npos) << unknown.output;
+}
+
 TEST(TuneCli, UpdateTableMergesOneSize) {
   const auto dir = test::temp_dir("update-table");
   ::setenv("KFORGE_CACHE_DIR", (dir / "cache").c_str(), 1);
