@@ -146,6 +146,17 @@ int cmd_check_table(const CheckFlags& flags, const DeviceFlags& device) {
     for (const auto& [param, value] : params_json.items())
       params.push_back(fmt::format("{}={}", param, value.get<long long>()));
     for (const DType dtype : parse_dtypes(flags.dtypes)) {
+      // A variant checked in this dtype before (every row of it) is not checked again.
+      const bool checked_before = std::all_of(rows.begin(), rows.end(), [&](const auto& row) {
+        return row.value("file", nlohmann::json()) != name ||
+               row.value("params", nlohmann::json::object()) != params_json ||
+               (row.contains("checks") && row.at("checks").contains(dtype_name(dtype)));
+      });
+      if (checked_before) {
+        lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", "-", dtype_name(dtype),
+                                    name, params_json.dump()));
+        continue;
+      }
       CheckOptions options;
       options.seed = flags.seed;
       options.dtypes = {dtype};
