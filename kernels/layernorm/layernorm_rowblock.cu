@@ -5,7 +5,7 @@
  * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
  * param: VEC = 4 in {1, 2, 4, 8}
  * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32}
- * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
+ * param: ROW_PACKS = 0 in {0, 1, 2, 4, 5, 8, 10, 16}
  * param: MIN_BLOCKS = 1 in {1, 2, 4, 6, 8}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
@@ -56,7 +56,8 @@
 //                   most of a large block idle.
 //   ROW_PACKS       0: two passes over global memory (Chan merges). k > 0: single read with
 //                   up to k packs per thread in registers; larger k fits longer rows but costs
-//                   registers. With a known dim, only the smallest k that fits is kept.
+//                   registers. With a known dim, only the smallest k that fits is kept. 5 and
+//                   10 fit rows such as 5120 = 5 * 8 * 128 exactly (no idle packs).
 //   MIN_BLOCKS      single-read: blocks per SM the registers must leave room for (the second
 //                   argument of __launch_bounds__): more resident blocks keep more loads in flight
 //                   per SM, too many make ptxas spill (the tuner drops spilling variants).
