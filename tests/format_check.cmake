@@ -3,7 +3,8 @@ file(GLOB_RECURSE sources
   ${SOURCE_DIR}/src/*.cpp ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/src/*.cu
   ${SOURCE_DIR}/include/*.h ${SOURCE_DIR}/include/*.cuh
   ${SOURCE_DIR}/kernels/*.cu ${SOURCE_DIR}/kernels/*.cpp
-  ${SOURCE_DIR}/tests/*.cpp ${SOURCE_DIR}/tests/*.h ${SOURCE_DIR}/tests/*.cu)
+  ${SOURCE_DIR}/tests/*.cpp ${SOURCE_DIR}/tests/*.h ${SOURCE_DIR}/tests/*.cu
+  ${SOURCE_DIR}/python/*.cu)
 set(failed "")
 foreach(f IN LISTS sources)
   execute_process(COMMAND ${CLANG_FORMAT} --dry-run --Werror ${f}

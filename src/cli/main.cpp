@@ -6,6 +6,7 @@
 //   kforge check FILE              five-stage correctness of one kernel file
 //   kforge bench FILE              timing at one problem, against the measured ceilings
 //   kforge tune OP|FILE            search a template's parameters under the device's limits
+//   kforge profile -- COMMAND      every kernel a CUDA program runs, with its NVTX context
 //
 // Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
 // 3 an internal error.
@@ -25,6 +26,7 @@
 #include "check/checker.h"
 #include "cli/build_command.h"
 #include "cli/common.h"
+#include "cli/profile_command.h"
 #include "cli/tune_command.h"
 #include "compile/compiler.h"
 #include "core/error.h"
@@ -383,6 +385,9 @@ int main(int argc, char** argv) {
   BuildFlags build_flags;
   auto* build = add_build_command(app, build_flags, device_flags);
 
+  ProfileFlags profile_flags;
+  auto* profile = add_profile_command(app, profile_flags);
+
   std::string worker_backend;
   int worker_device = 0;
   auto* worker = app.add_subcommand("__worker", "Internal: runs candidate code for kforge");
@@ -408,6 +413,7 @@ int main(int argc, char** argv) {
     if (*bench) return cmd_bench(bench_flags, device_flags, args);
     if (*tune) return cmd_tune(tune_flags, device_flags, args);
     if (*build) return cmd_build(build_flags, device_flags, args);
+    if (*profile) return cmd_profile(profile_flags, args);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kforge: {}\n", e.what());
     return 2;

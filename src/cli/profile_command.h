@@ -1,0 +1,27 @@
+// `kforge profile [--out FILE] [--range NAME --skip N] [--keep-raw] -- COMMAND ARGS...`: runs
+// any CUDA program unchanged under the CUPTI injection library and writes one profile of every
+// kernel its processes ran, with the NVTX ranges each was launched in (docs/profiling.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace kforge {
+
+struct ProfileFlags {
+  std::string out = "kforge-profile.json";
+  std::string range;
+  int64_t skip = 0;
+  bool keep_raw = false;
+  std::vector<std::string> command;
+  std::vector<std::string> unparsed;  // arguments that are neither kforge's options nor after --
+};
+
+CLI::App* add_profile_command(CLI::App& app, ProfileFlags& flags);
+// Returns the command's exit code (128 + N when signal N ended it), also when it failed.
+int cmd_profile(const ProfileFlags& flags, const std::vector<std::string>& argv);
+
+}  // namespace kforge

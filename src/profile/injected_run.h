@@ -1,0 +1,37 @@
+// Running a command under the CUPTI injection library: the environment that makes the CUDA
+// driver load libkforge_inject.so into every CUDA process of the command (and NVTX send its
+// ranges to CUPTI), and the child process itself, with the terminal passed through.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/process.h"
+
+namespace kforge {
+
+struct InjectionPaths {
+  std::filesystem::path injection_library;  // libkforge_inject.so (CUDA_INJECTION64_PATH)
+  std::filesystem::path cupti_library;      // the libcupti it uses (NVTX_INJECTION64_PATH)
+};
+
+// libkforge_inject.so in `directory` (where the kforge binary is), and the libcupti it links
+// against: as the library itself reports it, else the toolkit's known at build time, else the
+// usual install locations. $KFORGE_CUPTI_LIBRARY overrides the search. Throws Error saying what
+// is missing.
+InjectionPaths find_injection_paths(const std::filesystem::path& directory);
+
+// Runs `command` (searched on PATH) with the injection environment added to ours, raw files
+// going to `raw_directory`, stdin, stdout and stderr shared with kforge. SIGINT, SIGTERM,
+// SIGHUP and SIGQUIT sent to kforge are passed on to the command (a terminal's Ctrl-C reaches
+// both directly). Returns how the command ended. Throws UsageError when the command cannot be
+// started (not found, not executable).
+ExitStatus run_injected(const std::vector<std::string>& command, const InjectionPaths& paths,
+                        const std::filesystem::path& raw_directory);
+
+// The environment variables run_injected sets.
+std::vector<std::pair<std::string, std::string>> injection_environment(
+    const InjectionPaths& paths, const std::filesystem::path& raw_directory);
+
+}  // namespace kforge
