@@ -6,6 +6,7 @@
 //   kforge check FILE              five-stage correctness of one kernel file
 //   kforge bench FILE              timing at one problem, against the measured ceilings
 //   kforge tune OP|FILE            search a template's parameters under the device's limits
+//   kforge plan PROFILE            rank a profile's kernels by the whole-run gain (Amdahl)
 //
 // Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
 // 3 an internal error.
@@ -24,6 +25,7 @@
 #include "check/checker.h"
 #include "cli/build_command.h"
 #include "cli/common.h"
+#include "cli/plan_command.h"
 #include "cli/tune_command.h"
 #include "compile/compiler.h"
 #include "core/error.h"
@@ -308,6 +310,9 @@ int main(int argc, char** argv) {
   BuildFlags build_flags;
   auto* build = add_build_command(app, build_flags, device_flags);
 
+  PlanFlags plan_flags;
+  auto* plan = add_plan_command(app, plan_flags);
+
   std::string worker_backend;
   int worker_device = 0;
   auto* worker = app.add_subcommand("__worker", "Internal: runs candidate code for kforge");
@@ -330,6 +335,7 @@ int main(int argc, char** argv) {
     if (*bench) return cmd_bench(bench_flags, device_flags, args);
     if (*tune) return cmd_tune(tune_flags, device_flags, args);
     if (*build) return cmd_build(build_flags, device_flags, args);
+    if (*plan) return cmd_plan(plan_flags, args);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kforge: {}\n", e.what());
     return 2;
