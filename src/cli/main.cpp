@@ -7,6 +7,7 @@
 //   kforge bench FILE              timing at one problem, against the measured ceilings
 //   kforge tune OP|FILE            search a template's parameters under the device's limits
 //   kforge profile -- COMMAND      every kernel a CUDA program runs, with its NVTX context
+//   kforge plan PROFILE            rank a profile's kernels by the whole-run gain (Amdahl)
 //
 // Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
 // 3 an internal error.
@@ -26,6 +27,7 @@
 #include "check/checker.h"
 #include "cli/build_command.h"
 #include "cli/common.h"
+#include "cli/plan_command.h"
 #include "cli/profile_command.h"
 #include "cli/tune_command.h"
 #include "compile/compiler.h"
@@ -387,6 +389,8 @@ int main(int argc, char** argv) {
 
   ProfileFlags profile_flags;
   auto* profile = add_profile_command(app, profile_flags);
+  PlanFlags plan_flags;
+  auto* plan = add_plan_command(app, plan_flags);
 
   std::string worker_backend;
   int worker_device = 0;
@@ -414,6 +418,7 @@ int main(int argc, char** argv) {
     if (*tune) return cmd_tune(tune_flags, device_flags, args);
     if (*build) return cmd_build(build_flags, device_flags, args);
     if (*profile) return cmd_profile(profile_flags, args);
+    if (*plan) return cmd_plan(plan_flags, args);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kforge: {}\n", e.what());
     return 2;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/run_info.h"
 #include "device/ceilings.h"
+#include "profile/planner.h"
 #include "tune/library.h"
 #include "tune/strategy.h"
 #include "tune/tuner.h"
@@ -200,14 +201,50 @@ void parse_budget(const std::string& text, TuneOptions& options) {
   throw UsageError(fmt::format("--budget '{}': expected a count (40) or a percentage (25%)", text));
 }
 
+// Fills target, shape and dtype from --task; what the command line also gives must agree.
+TuneFlags resolve_task(TuneFlags flags) {
+  if (flags.task.empty()) {
+    if (flags.target.empty())
+      throw UsageError("kforge tune needs an op, a kernel file, or --task FILE");
+    if (flags.dtype.empty()) flags.dtype = "bf16";
+    return flags;
+  }
+  const PlanTask task = read_task_file(flags.task);
+  if (!flags.sizes.empty())
+    throw UsageError("--task names one problem; it does not combine with --sizes");
+  if (!flags.shape.empty() && flags.shape != task.shape) {
+    throw UsageError(fmt::format("--shape {} differs from the task's shape {} ({})", flags.shape,
+                                 task.shape, flags.task));
+  }
+  if (!flags.dtype.empty() &&
+      parse_dtypes({flags.dtype}).front() != parse_dtypes({task.dtype}).front()) {
+    throw UsageError(fmt::format("--dtype {} differs from the task's dtype {} ({})", flags.dtype,
+                                 task.dtype, flags.task));
+  }
+  if (!flags.target.empty()) {
+    const std::string op =
+        fs::is_regular_file(flags.target) ? KernelFile::load(flags.target).op : flags.target;
+    if (op != task.op) {
+      throw UsageError(fmt::format("{} is for op {}, the task ({}) for {}", flags.target, op,
+                                   flags.task, task.op));
+    }
+  } else {
+    flags.target = task.op;
+  }
+  flags.shape = task.shape;
+  flags.dtype = task.dtype;
+  return flags;
+}
+
 }  // namespace
 
 CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device) {
   auto* tune = app.add_subcommand(
       "tune", "Search a kernel file's parameters for the fastest correct variant at a problem");
   tune->add_option("target", flags.target,
-                   "An op (tunes its library kernel files) or a kernel file")
-      ->required();
+                   "An op (tunes its library kernel files) or a kernel file");
+  tune->add_option("--task", flags.task,
+                   "A task file from `kforge plan --extract`: its op, shape and dtype");
   auto* shape =
       tune->add_option("--shape", flags.shape, "Problem sizes, e.g. 8192x8192 (default: the op's)");
   tune->add_option("--sizes", flags.sizes,
@@ -215,7 +252,7 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
                    "variant table")
       ->check(CLI::IsMember({"all"}))
       ->excludes(shape);
-  tune->add_option("--dtype", flags.dtype, "f16, bf16 or f32")->capture_default_str();
+  tune->add_option("--dtype", flags.dtype, "f16, bf16 or f32 (default: bf16, or the task's)");
   std::vector<std::string> names;
   for (const auto& s : strategies())
     names.push_back(s.name);
@@ -252,8 +289,9 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   return tune;
 }
 
-int cmd_tune(const TuneFlags& flags, const DeviceFlags& device,
+int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
              const std::vector<std::string>& argv) {
+  const TuneFlags flags = resolve_task(given);
   const bool all_sizes = flags.sizes == "all";
   ResultsDb db(flags.db.empty() ? default_results_db() : fs::path(flags.db));
 

@@ -12,9 +12,10 @@ namespace kforge {
 
 struct TuneFlags {
   std::string target;  // an op name or a kernel file
+  std::string task;    // a task file `kforge plan --extract` wrote: op, shape and dtype
   std::string shape;
   std::string sizes;  // "all": every size of the op's benchmark sweep
-  std::string dtype = "bf16";
+  std::string dtype;  // default bf16, or the task's
   std::string strategy = "local";
   std::string budget;              // "N" evaluations or "P%" of the feasible space
   std::vector<std::string> fixed;  // NAME=VALUE tunables held at one value

@@ -58,4 +58,39 @@ Ceilings device_ceilings(WorkerClient& worker, const fs::path& cache_dir, bool r
   return from_record(record, false);
 }
 
+Ceilings read_ceilings_file(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("cannot read ceilings file {}", path.string()));
+  try {
+    Ceilings c = from_record(nlohmann::json::parse(in), false);
+    if (c.copy_gbps <= 0) throw Error("copy_gbps is not positive");
+    return c;
+  } catch (const std::exception& e) {
+    throw UsageError(
+        fmt::format("{} is not a ceilings record as `kforge ceilings --json` writes "
+                    "({})",
+                    path.string(), e.what()));
+  }
+}
+
+std::optional<Ceilings> cached_ceilings_by_name(const fs::path& cache_dir,
+                                                std::string_view device_name) {
+  std::optional<Ceilings> newest;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(cache_dir / "ceilings", ec)) {
+    if (entry.path().extension() != ".json") continue;
+    try {
+      std::ifstream in(entry.path());
+      const nlohmann::json record = nlohmann::json::parse(in);
+      if (record.at("device").at("name").get<std::string>() != device_name) continue;
+      Ceilings c = from_record(record, true);
+      // ISO dates compare as text.
+      if (!newest || c.measured_at > newest->measured_at) newest = std::move(c);
+    } catch (const std::exception&) {
+      // Damaged or foreign files are not ceilings.
+    }
+  }
+  return newest;
+}
+
 }  // namespace kforge

@@ -1,0 +1,425 @@
+#include "profile/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "profile/op_shapes.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+namespace {
+
+// What the planner keeps about one kernel.
+struct KernelFacts {
+  Classification what;
+  std::vector<const ContextOp*> context;
+  std::string_view name;  // demangled when there is one
+};
+
+// One call of an op: the kernels it launched.
+struct Call {
+  std::vector<size_t> kernels;  // indices into profile.kernels
+  bool from_context = false;    // a context op identified it (else: one kernel, by its name)
+};
+
+std::string context_key(const OpContext& c) {
+  if (c.input_dims.empty() && c.input_types.empty()) return c.name;
+  return c.name + '\x1f' + nlohmann::json(c.input_dims).dump() + '\x1f' +
+         nlohmann::json(c.input_types).dump();
+}
+
+// The shortest period p (dividing n) with names[i] == names[i % p]: consecutive calls of one op
+// launch the same kernels in the same order.
+size_t period(const std::vector<std::string_view>& names) {
+  const size_t n = names.size();
+  for (size_t p = 1; p < n; ++p) {
+    if (n % p != 0) continue;
+    bool repeats = true;
+    for (size_t i = p; i < n && repeats; ++i)
+      repeats = names[i] == names[i % p];
+    if (repeats) return p;
+  }
+  return n;
+}
+
+// Splits the kernels into calls. Kernels a context op classified form runs: consecutive kernels
+// (per process and stream, in start order) with the same deciding context. A run is one call
+// when its deciding entry carries PyTorch's seq/op_id (texts differ between calls); otherwise
+// it is cut into repeats of its kernel-name sequence.
+std::vector<Call> split_into_calls(const Profile& profile, const std::vector<KernelFacts>& facts) {
+  std::vector<size_t> order(profile.kernels.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const KernelRecord &x = profile.kernels[a], &y = profile.kernels[b];
+    return std::tie(x.pid, x.stream, x.start_ns, x.end_ns) <
+           std::tie(y.pid, y.stream, y.start_ns, y.end_ns);
+  });
+  std::vector<Call> calls;
+  std::vector<size_t> run;
+  std::string run_key;
+  const auto flush = [&] {
+    if (run.empty()) return;
+    const KernelFacts& first = facts[run.front()];
+    size_t p = run.size();
+    if (!first.context[static_cast<size_t>(first.what.context_index)]->identifies_call) {
+      std::vector<std::string_view> names;
+      for (const size_t k : run)
+        names.push_back(facts[k].name);
+      p = period(names);
+    }
+    for (size_t begin = 0; begin < run.size(); begin += p)
+      calls.push_back({std::vector<size_t>(run.begin() + static_cast<std::ptrdiff_t>(begin),
+                                           run.begin() + static_cast<std::ptrdiff_t>(begin + p)),
+                       true});
+    run.clear();
+    run_key.clear();
+  };
+  for (const size_t k : order) {
+    const KernelFacts& f = facts[k];
+    if (f.what.context_index < 0) {
+      flush();
+      calls.push_back({{k}, false});
+      continue;
+    }
+    const KernelRecord& kernel = profile.kernels[k];
+    std::string key =
+        fmt::format("{}\x1e{}\x1e{}\x1e{}", kernel.pid, kernel.stream, f.what.op, f.what.rule);
+    for (int i = 0; i <= f.what.context_index; ++i)
+      key += '\x1e' + f.context[static_cast<size_t>(i)]->text;
+    if (key != run_key) flush();
+    run_key = std::move(key);
+    run.push_back(k);
+  }
+  flush();
+  return calls;
+}
+
+void count_rule(PlanGroup& g, const Classification& c) {
+  RuleUse& use = g.rules[c.rule];
+  use.kernels += 1;
+  if (use.reason.empty()) {
+    use.evidence = std::string(evidence_name(c.evidence));
+    use.reason = c.reason;
+  }
+}
+
+void add_unique(std::vector<std::string>& list, const std::string& item) {
+  if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
+}
+
+}  // namespace
+
+std::optional<double> PlanGroup::achieved_gbps() const {
+  if (!bytes_per_call || time_ns <= 0) return std::nullopt;
+  return *bytes_per_call * static_cast<double>(calls) / static_cast<double>(time_ns);
+}
+
+std::optional<double> PlanGroup::achieved_tflops() const {
+  if (!flops_per_call || time_ns <= 0) return std::nullopt;
+  return *flops_per_call * static_cast<double>(calls) / static_cast<double>(time_ns) * 1e-3;
+}
+
+bool PlanGroup::extractable() const {
+  if (op == "other" || !sizes || !dtype) return false;
+  const OpSpec* spec = find_op(op);
+  return spec && spec->supports(*dtype);
+}
+
+std::string main_device_name(const Profile& profile) {
+  std::map<int64_t, int64_t> time_by_device;
+  for (const auto& k : profile.kernels)
+    time_by_device[k.device] += k.duration_ns();
+  int64_t best = -1;
+  std::string name;
+  for (const auto& [id, time] : time_by_device) {
+    for (const auto& d : profile.devices) {
+      if (d.id == id && time > best) {
+        best = time;
+        name = d.name;
+      }
+    }
+  }
+  if (name.empty() && profile.devices.size() == 1) name = profile.devices.front().name;
+  return name;
+}
+
+Plan make_plan(const Profile& profile, const PlanOptions& options) {
+  if (options.copy_gbps <= 0) throw Error("planning needs a positive copy ceiling");
+  if (profile.kernels.empty()) throw UsageError("the profile holds no kernels");
+  Plan plan;
+  plan.options = options;
+  plan.device = main_device_name(profile);
+  plan.kernels = static_cast<int64_t>(profile.kernels.size());
+  plan.kernel_time_ns = profile.kernel_time_ns();
+  plan.busy_time_ns = profile.busy_time_ns();
+  for (const auto& t : profile.transfers)
+    plan.transfer_time_ns += t.duration_ns();
+  if (plan.kernel_time_ns <= 0) throw UsageError("the profile's kernels took no time");
+
+  // Parse every distinct context entry once; classify every kernel.
+  std::unordered_map<std::string, ContextOp> parsed;
+  KernelClassifier classifier(options.classify);
+  std::vector<KernelFacts> facts(profile.kernels.size());
+  for (size_t k = 0; k < profile.kernels.size(); ++k) {
+    const KernelRecord& kernel = profile.kernels[k];
+    KernelFacts& f = facts[k];
+    f.name = kernel.demangled.empty() ? std::string_view(kernel.name) : kernel.demangled;
+    for (const auto& c : kernel.context) {
+      auto [it, inserted] = parsed.try_emplace(context_key(c));
+      if (inserted) it->second = parse_context(c);
+      f.context.push_back(&it->second);
+    }
+    f.what = classifier.classify(f.name, f.context);
+  }
+
+  // Calls -> problems -> groups.
+  std::map<std::string, PlanGroup> groups;
+  std::map<std::string, std::map<std::string, KernelNameShare>> names_by_group;
+  for (const Call& call : split_into_calls(profile, facts)) {
+    const KernelFacts& first = facts[call.kernels.front()];
+    const std::string& op = first.what.op;
+    if (op == "other") {
+      // No kforge op: each kernel is its own call, grouped by its name.
+      for (const size_t k : call.kernels) {
+        const KernelFacts& f = facts[k];
+        PlanGroup& g = groups["other\x1e" + std::string(f.name)];
+        g.op = "other";
+        g.shape = "-";
+        g.calls_are_kernels = true;
+        g.calls += 1;
+        g.kernels += 1;
+        g.time_ns += profile.kernels[k].duration_ns();
+        count_rule(g, f.what);
+        KernelNameShare& share =
+            names_by_group["other\x1e" + std::string(f.name)][std::string(f.name)];
+        share.name = f.name;
+        share.kernels += 1;
+        share.time_ns += profile.kernels[k].duration_ns();
+      }
+      continue;
+    }
+    // The problem: from the deciding context entry, with what the kernels' names add.
+    std::optional<MappedProblem> problem;
+    std::string why_not = "the kernel name alone gives no shape";
+    ShapeHints hints;
+    std::optional<DType> name_dtype;
+    for (const size_t k : call.kernels) {
+      if (!hints.causal) hints.causal = causal_from_kernel_name(facts[k].name);
+      // A 16-bit type named by any kernel of the call wins: library kernels name float as their
+      // accumulator too.
+      const auto named = dtype_from_kernel_name(facts[k].name);
+      if (named && (!name_dtype || *name_dtype == DType::f32)) name_dtype = named;
+    }
+    if (call.from_context) {
+      problem = map_problem(op, *first.context[static_cast<size_t>(first.what.context_index)],
+                            hints, &why_not);
+    }
+    std::optional<DType> dtype;
+    std::string dtype_source;
+    if (problem && problem->dtype) {
+      dtype = problem->dtype;
+      dtype_source = "input types";
+    } else if (name_dtype) {
+      dtype = name_dtype;
+      dtype_source = "kernel name";
+    } else {
+      dtype = options.default_dtype;
+      dtype_source = "default";
+    }
+    const OpSpec* spec = find_op(op);
+    const std::string shape = problem && spec ? spec->format_shape(problem->sizes) : "?";
+    const std::string key = fmt::format("{}\x1e{}\x1e{}", op, shape, dtype_name(*dtype));
+    PlanGroup& g = groups[key];
+    if (g.op.empty()) {
+      g.op = op;
+      g.shape = shape;
+      g.dtype = dtype;
+      g.dtype_source = dtype_source;
+      if (problem) g.sizes = problem->sizes;
+    }
+    g.calls += 1;
+    g.calls_are_kernels = g.calls_are_kernels || !call.from_context;
+    if (problem) {
+      for (const auto& n : problem->notes)
+        add_unique(g.notes, n);
+    } else {
+      add_unique(g.unmapped, why_not);
+    }
+    for (const size_t k : call.kernels) {
+      const KernelFacts& f = facts[k];
+      const int64_t ns = profile.kernels[k].duration_ns();
+      g.kernels += 1;
+      g.time_ns += ns;
+      count_rule(g, f.what);
+      KernelNameShare& share = names_by_group[key][std::string(f.name)];
+      share.name = f.name;
+      share.kernels += 1;
+      share.time_ns += ns;
+    }
+  }
+
+  // The roofline and Amdahl's law per group.
+  const double total = static_cast<double>(plan.kernel_time_ns);
+  for (auto& [key, g] : groups) {
+    for (auto& [name, share] : names_by_group[key])
+      g.kernel_names.push_back(std::move(share));
+    std::stable_sort(g.kernel_names.begin(), g.kernel_names.end(),
+                     [](const auto& a, const auto& b) { return a.time_ns > b.time_ns; });
+    g.share = static_cast<double>(g.time_ns) / total;
+    g.gain_bound = g.share < 1 ? 1 / (1 - g.share) : INFINITY;
+    if (!g.sizes || g.calls == 0) continue;
+    const Cost cost = find_op(g.op)->cost(*g.sizes, *g.dtype);
+    const double memory_s = cost.bytes / (options.copy_gbps * 1e9);
+    const double compute_s =
+        options.matmul_tflops ? cost.flops / (*options.matmul_tflops * 1e12) : 0.0;
+    const double best_ns = std::max(memory_s, compute_s) * 1e9;
+    if (best_ns <= 0) continue;
+    g.bytes_per_call = cost.bytes;
+    g.flops_per_call = cost.flops;
+    g.best_ns_per_call = best_ns;
+    g.bound = compute_s > memory_s ? "compute" : "memory";
+    g.s_max = g.ns_per_call() / best_ns;
+    // A group already faster than its roofline (inputs served from L2) has nothing to gain.
+    const double s = std::max(1.0, *g.s_max);
+    g.gain = 1 / ((1 - g.share) + g.share / s);
+    if (*g.s_max < 1) {
+      add_unique(g.notes, "faster than the DRAM roofline (inputs likely held in L2): no gain");
+    }
+    if (g.bound == "compute" && *g.dtype == DType::f32) {
+      add_unique(g.notes, "compute bound from the bf16 matmul ceiling: f32 cannot reach it");
+    }
+    if (g.bound == "compute" && !options.matmul_tflops) {
+      add_unique(g.notes, "no matmul ceiling measured: memory bound only");
+    }
+  }
+
+  // Rank: groups with a gain by gain, then the rest by time; cumulative gain down the ranking.
+  for (auto& [key, g] : groups)
+    plan.groups.push_back(std::move(g));
+  std::stable_sort(plan.groups.begin(), plan.groups.end(), [](const auto& a, const auto& b) {
+    if (a.gain.has_value() != b.gain.has_value()) return a.gain.has_value();
+    if (a.gain && *a.gain != *b.gain) return *a.gain > *b.gain;
+    return a.time_ns > b.time_ns;
+  });
+  double fixed_share = 0;
+  double fixed_time = 0;  // sum of f / s over the fixed groups
+  for (size_t i = 0; i < plan.groups.size(); ++i) {
+    PlanGroup& g = plan.groups[i];
+    g.rank = static_cast<int>(i) + 1;
+    if (!g.gain) continue;
+    fixed_share += g.share;
+    fixed_time += g.share / std::max(1.0, *g.s_max);
+    g.cumulative_gain = 1 / ((1 - fixed_share) + fixed_time);
+    plan.all_fixed_gain = *g.cumulative_gain;
+  }
+  return plan;
+}
+
+nlohmann::json plan_to_json(const Plan& plan) {
+  using nlohmann::json;
+  const auto optional = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  json groups = json::array();
+  for (const PlanGroup& g : plan.groups) {
+    json names = json::array();
+    for (const auto& n : g.kernel_names)
+      names.push_back({{"name", n.name}, {"kernels", n.kernels}, {"time_ns", n.time_ns}});
+    json rules = json::object();
+    for (const auto& [id, use] : g.rules)
+      rules[id] = {{"kernels", use.kernels}, {"evidence", use.evidence}, {"reason", use.reason}};
+    groups.push_back({
+        {"rank", g.rank},
+        {"op", g.op},
+        {"shape", g.shape},
+        {"sizes", g.sizes ? json(*g.sizes) : json(nullptr)},
+        {"dtype", g.dtype ? json(dtype_name(*g.dtype)) : json(nullptr)},
+        {"dtype_source", g.dtype ? json(g.dtype_source) : json(nullptr)},
+        {"calls", g.calls},
+        {"calls_are_kernels", g.calls_are_kernels},
+        {"kernels", g.kernels},
+        {"time_ns", g.time_ns},
+        {"share", g.share},
+        {"us_per_call", g.ns_per_call() * 1e-3},
+        {"bytes_per_call", optional(g.bytes_per_call)},
+        {"flops_per_call", optional(g.flops_per_call)},
+        {"achieved_gbps", optional(g.achieved_gbps())},
+        {"achieved_tflops", optional(g.achieved_tflops())},
+        {"bound", g.bound.empty() ? json(nullptr) : json(g.bound)},
+        {"best_us_per_call", g.best_ns_per_call ? json(*g.best_ns_per_call * 1e-3) : json(nullptr)},
+        {"s_max", optional(g.s_max)},
+        {"gain", optional(g.gain)},
+        {"cumulative_gain", optional(g.cumulative_gain)},
+        {"gain_bound", std::isfinite(g.gain_bound) ? json(g.gain_bound) : json(nullptr)},
+        {"extractable", g.extractable()},
+        {"kernel_names", names},
+        {"rules", rules},
+        {"notes", g.notes},
+        {"unmapped", g.unmapped},
+    });
+  }
+  return {{"device", plan.device},
+          {"ceilings",
+           {{"copy_gbps", plan.options.copy_gbps},
+            {"matmul_tflops", optional(plan.options.matmul_tflops)},
+            {"source", plan.options.ceilings_source}}},
+          {"default_dtype", dtype_name(plan.options.default_dtype)},
+          {"split_mlp", plan.options.classify.split_mlp},
+          {"kernels", plan.kernels},
+          {"kernel_time_ns", plan.kernel_time_ns},
+          {"busy_time_ns", plan.busy_time_ns},
+          {"transfer_time_ns", plan.transfer_time_ns},
+          {"all_fixed_gain", plan.all_fixed_gain},
+          {"groups", groups}};
+}
+
+nlohmann::json task_to_json(const Plan& plan, const PlanGroup& group,
+                            const fs::path& profile_path) {
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& n : group.kernel_names)
+    names.push_back(n.name);
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(profile_path, ec);
+  return {{"op", group.op},
+          {"shape", group.shape},
+          {"dtype", dtype_name(*group.dtype)},
+          {"rank", group.rank},
+          {"baseline_us", group.ns_per_call() * 1e-3},
+          {"calls", group.calls},
+          {"calls_are_kernels", group.calls_are_kernels},
+          {"share", group.share},
+          {"best_us", group.best_ns_per_call ? *group.best_ns_per_call * 1e-3 : 0.0},
+          {"s_max", group.s_max.value_or(0)},
+          {"gain", group.gain.value_or(1)},
+          {"kernel_names", names},
+          {"notes", group.notes},
+          {"device", plan.device},
+          {"profile", (ec ? profile_path : absolute).string()}};
+}
+
+PlanTask read_task_file(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("cannot read task file {}", path.string()));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw UsageError(fmt::format("{} is not JSON: {}", path.string(), e.what()));
+  }
+  PlanTask task;
+  for (const auto& [field, out] : {std::pair{"op", &task.op}, std::pair{"shape", &task.shape},
+                                   std::pair{"dtype", &task.dtype}}) {
+    if (!j.contains(field) || !j.at(field).is_string())
+      throw UsageError(fmt::format("task file {} has no \"{}\" string", path.string(), field));
+    *out = j.at(field).get<std::string>();
+  }
+  return task;
+}
+
+}  // namespace kforge
