@@ -6,6 +6,7 @@
 //   kforge check FILE              five-stage correctness of one kernel file
 //   kforge bench FILE              timing at one problem, against the measured ceilings
 //   kforge tune OP|FILE            search a template's parameters under the device's limits
+//   kforge import-torch-trace FILE a torch.profiler Chrome trace as a kforge profile
 //
 // Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
 // 3 an internal error.
@@ -24,6 +25,7 @@
 #include "check/checker.h"
 #include "cli/build_command.h"
 #include "cli/common.h"
+#include "cli/import_command.h"
 #include "cli/tune_command.h"
 #include "compile/compiler.h"
 #include "core/error.h"
@@ -308,6 +310,10 @@ int main(int argc, char** argv) {
   BuildFlags build_flags;
   auto* build = add_build_command(app, build_flags, device_flags);
 
+  // Standalone until `kforge profile --torch-trace` (add_torch_trace_options) takes it over.
+  TorchTraceFlags torch_trace_flags;
+  auto* import_torch_trace = add_import_torch_trace_command(app, torch_trace_flags);
+
   std::string worker_backend;
   int worker_device = 0;
   auto* worker = app.add_subcommand("__worker", "Internal: runs candidate code for kforge");
@@ -330,6 +336,7 @@ int main(int argc, char** argv) {
     if (*bench) return cmd_bench(bench_flags, device_flags, args);
     if (*tune) return cmd_tune(tune_flags, device_flags, args);
     if (*build) return cmd_build(build_flags, device_flags, args);
+    if (*import_torch_trace) return cmd_import_torch_trace(torch_trace_flags, args);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kforge: {}\n", e.what());
     return 2;
