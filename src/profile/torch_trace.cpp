@@ -93,6 +93,12 @@ std::optional<int64_t> microseconds_to_ns(const json& v) {
   return static_cast<int64_t>(whole) * 1000 + std::llround((us - whole) * 1000.0);
 }
 
+// A string field, or "" when absent or not a string (json::value would throw on the latter).
+std::string text_of(const json& object, const char* key) {
+  if (!object.contains(key) || !object.at(key).is_string()) return "";
+  return object.at(key).get<std::string>();
+}
+
 // pid and tid are integers in Kineto's events, but strings in a few ("Spans", "stream 7" in
 // old traces); the text of either identifies a track.
 std::string id_text(const json& event, const char* key) {
@@ -250,7 +256,7 @@ const json& events_of(const json& trace) {
   if (trace.is_array()) return trace;
   if (!trace.is_object())
     throw UsageError("not a Chrome trace: expected a JSON object with \"traceEvents\"");
-  if (trace.value("format", std::string()) == "kforge-profile")
+  if (text_of(trace, "format") == "kforge-profile")
     throw UsageError("this is a kforge profile already, not a torch.profiler trace");
   if (!trace.contains("traceEvents"))
     throw UsageError(
@@ -271,7 +277,7 @@ std::vector<DeviceRecord> devices_of(const json& trace) {
     if (!p.is_object()) continue;
     DeviceRecord d;
     d.id = p.contains("id") ? integer_of(p.at("id")).value_or(0) : 0;
-    d.name = p.value("name", std::string());
+    d.name = text_of(p, "name");
     d.compute_major = static_cast<int>(
         p.contains("computeMajor") ? integer_of(p.at("computeMajor")).value_or(0) : 0);
     d.compute_minor = static_cast<int>(
@@ -302,17 +308,19 @@ TorchTraceImport import_torch_trace(const json& trace) {
       ++skipped;
       continue;
     }
-    const std::string phase = e.value("ph", std::string());
-    if ((phase == "s" || phase == "f") && e.contains("id") && e.contains("ts")) {
+    const std::string phase = text_of(e, "ph");
+    if (phase == "s" || phase == "f") {
+      // Only ac2g flows link a launch to its GPU work; fwdbwd flows link forward and backward
+      // ops and must not be read as correlation ids.
+      const bool launch_flow = text_of(e, "cat") == "ac2g";
+      if (!launch_flow || !e.contains("id") || !e.contains("ts")) continue;
       const auto id = integer_of(e.at("id"));
       const auto ts = microseconds_to_ns(e.at("ts"));
       if (id && ts) flow_at[{id_text(e, "pid"), id_text(e, "tid"), *ts}] = *id;
       continue;
     }
     if (phase != "X") continue;
-    const EventRole role = e.contains("cat") && e.at("cat").is_string()
-                               ? role_of(e.at("cat").get<std::string>())
-                               : EventRole::ignored;
+    const EventRole role = role_of(text_of(e, "cat"));
     if (role == EventRole::ignored) continue;
     const auto start = e.contains("ts") ? microseconds_to_ns(e.at("ts")) : std::nullopt;
     if (!start) {
@@ -322,8 +330,7 @@ TorchTraceImport import_torch_trace(const json& trace) {
     const auto duration = e.contains("dur") ? microseconds_to_ns(e.at("dur")) : std::nullopt;
     TraceEvent event;
     event.role = role;
-    event.name = e.contains("name") && e.at("name").is_string() ? e.at("name").get<std::string>()
-                                                                : std::string();
+    event.name = text_of(e, "name");
     event.pid = id_text(e, "pid");
     event.tid = id_text(e, "tid");
     event.start_ns = *start;

@@ -3,8 +3,8 @@
 // (RMSNorm) with two ATen ops, aten::linear -> aten::addmm with a launch and an "ac2g" flow, a
 // copy and a fill, a backward op on the autograd thread at the same time as a forward op on
 // the main thread, a kernel launched outside any op, one with no launch in the trace, one
-// linked by "External id" only, and events kforge must not count (python_function,
-// gpu_user_annotation, a Trace span).
+// linked by "External id" only, and events kforge must not count or follow (python_function,
+// gpu_user_annotation, a Trace span, a fwdbwd flow).
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -146,7 +146,8 @@ TEST(TorchTraceTest, KernelsWithoutAnOpOrALaunch) {
   EXPECT_EQ(triton.pid, 4242);
   // No launch in the trace: kept, unlinked.
   EXPECT_TRUE(kernel_named("unlinked_kernel").context.empty());
-  // No launch, but Kineto's "External id" names aten::addmm.
+  // No launch, but Kineto's "External id" names aten::addmm. (A fwdbwd flow ends at the same
+  // place; only ac2g flows carry correlation ids.)
   EXPECT_EQ(context_names(kernel_named("external_id_kernel")),
             (std::vector<std::string>{"step", "aten::linear", "aten::addmm"}));
   EXPECT_EQ(imported().linked_by_correlation, 7);
@@ -201,6 +202,7 @@ TEST(TorchTraceTest, ReadsABareEventArrayAndEventsMissingFields) {
     {"ph": "X", "cat": "kernel", "name": "no_time"},
     {"ph": "X", "cat": "kernel", "ts": 30, "dur": 1},
     "not an event",
+    {"ph": 5, "cat": "kernel", "name": "odd phase", "ts": 1, "dur": 1},
     {"ph": "X", "cat": 7, "name": "odd category", "ts": 1, "dur": 1}
   ])");
   const TorchTraceImport result = import_torch_trace(trace);
