@@ -96,13 +96,13 @@ def run(model, inputs, args, summary):
     model(*inputs) must return the scalar loss. Returns the GPU time of the timed iterations in
     milliseconds (CPU wall time on --device cpu)."""
     device = next(model.parameters()).device
+    if args.nvtx and device.type != "cuda":
+        sys.exit("--nvtx needs --device cuda")
     if (args.nvtx or args.torch_trace) and not args.no_module_ranges:
         if args.compile:
             print("note: no module ranges with --compile (Inductor fuses across modules)")
         else:
             kforge_ranges.annotate(model)
-    if args.nvtx and device.type != "cuda":
-        sys.exit("--nvtx needs --device cuda")
 
     optimizer = None
     if args.train:
