@@ -8,6 +8,7 @@
 //   kforge tune OP|FILE            search a template's parameters under the device's limits
 //   kforge profile -- COMMAND      every kernel a CUDA program runs, with its NVTX context
 //   kforge plan PROFILE            rank a profile's kernels by the whole-run gain (Amdahl)
+//   kforge profile --torch-trace F a torch.profiler Chrome trace as a kforge profile
 //
 // Exit codes: 0 success, 1 the kernel failed (a verdict other than OK), 2 bad usage,
 // 3 an internal error.
@@ -27,6 +28,7 @@
 #include "check/checker.h"
 #include "cli/build_command.h"
 #include "cli/common.h"
+#include "cli/import_command.h"
 #include "cli/plan_command.h"
 #include "cli/profile_command.h"
 #include "cli/tune_command.h"
@@ -391,6 +393,9 @@ int main(int argc, char** argv) {
   auto* profile = add_profile_command(app, profile_flags);
   PlanFlags plan_flags;
   auto* plan = add_plan_command(app, plan_flags);
+  // Standalone until `kforge profile --torch-trace` (add_torch_trace_options) takes it over.
+  TorchTraceFlags torch_trace_flags;
+  auto* import_torch_trace = add_import_torch_trace_command(app, torch_trace_flags);
 
   std::string worker_backend;
   int worker_device = 0;
@@ -419,6 +424,7 @@ int main(int argc, char** argv) {
     if (*build) return cmd_build(build_flags, device_flags, args);
     if (*profile) return cmd_profile(profile_flags, args);
     if (*plan) return cmd_plan(plan_flags, args);
+    if (*import_torch_trace) return cmd_import_torch_trace(torch_trace_flags, args);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kforge: {}\n", e.what());
     return 2;

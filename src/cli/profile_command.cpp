@@ -66,6 +66,7 @@ CLI::App* add_profile_command(CLI::App& app, ProfileFlags& flags) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--keep-raw", flags.keep_raw,
                 "Keep the per-process raw CUPTI records (the directory is printed)");
+  add_torch_trace_options(cmd, flags.torch_trace);
   cmd->add_option("command", flags.command, "The command to profile and its arguments, after --");
   // Options the command meant for itself, given without "--": reported with the fix.
   cmd->allow_extras();
@@ -79,6 +80,15 @@ CLI::App* add_profile_command(CLI::App& app, ProfileFlags& flags) {
 }
 
 int cmd_profile(const ProfileFlags& flags, const std::vector<std::string>& argv) {
+  if (!flags.torch_trace.trace.empty()) {
+    if (!flags.command.empty() || !flags.range.empty()) {
+      throw UsageError(
+          "profile: --torch-trace imports a recorded trace; it takes no command or --range");
+    }
+    TorchTraceFlags import = flags.torch_trace;
+    import.out = flags.out;
+    return cmd_import_torch_trace(import, argv);
+  }
   if (!flags.unparsed.empty()) {
     throw UsageError(fmt::format(
         "profile: {} is not an option of kforge profile; put the command after \"--\": kforge "

@@ -1,6 +1,7 @@
 // `kforge profile [--out FILE] [--range NAME --skip N] [--keep-raw] -- COMMAND ARGS...`: runs
 // any CUDA program unchanged under the CUPTI injection library and writes one profile of every
 // kernel its processes ran, with the NVTX ranges each was launched in (docs/profiling.md).
+// `kforge profile --torch-trace FILE [--out FILE]` imports a torch.profiler trace instead.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "cli/import_command.h"
 
 namespace kforge {
 
@@ -18,6 +21,7 @@ struct ProfileFlags {
   bool keep_raw = false;
   std::vector<std::string> command;
   std::vector<std::string> unparsed;  // arguments that are neither kforge's options nor after --
+  TorchTraceFlags torch_trace;        // --torch-trace FILE: import instead of running a command
 };
 
 CLI::App* add_profile_command(CLI::App& app, ProfileFlags& flags);
