@@ -111,7 +111,9 @@ InjectionPaths find_injection_paths(const fs::path& directory) {
 std::vector<std::pair<std::string, std::string>> injection_environment(
     const InjectionPaths& paths, const fs::path& raw_directory) {
   return {{"CUDA_INJECTION64_PATH", paths.injection_library.string()},
-          {"NVTX_INJECTION64_PATH", paths.cupti_library.string()},
+          // The injection library forwards NVTX's initialization to the CUPTI that records
+          // (InitializeInjectionNvtx2 in inject.cpp), whichever copy the program loaded.
+          {"NVTX_INJECTION64_PATH", paths.injection_library.string()},
           {"KFORGE_PROFILE_DIR", raw_directory.string()}};
 }
 

@@ -253,8 +253,24 @@ std::string cupti_library_file() {
   return info.dli_fname;
 }
 
-// NVTX ranges reach CUPTI only through the library named by NVTX_INJECTION64_PATH. If that is
-// another copy of CUPTI than this one, the ranges go to a CUPTI that records nothing.
+// Where this library itself lives.
+std::string own_library_file() {
+  Dl_info info{};
+  const auto symbol = reinterpret_cast<void*>(&own_library_file);
+  if (dladdr(symbol, &info) == 0 || !info.dli_fname) return "";
+  return info.dli_fname;
+}
+
+bool same_file(const char* a, const std::string& b) {
+  struct stat a_file {};
+  struct stat b_file {};
+  if (b.empty() || stat(a, &a_file) != 0 || stat(b.c_str(), &b_file) != 0) return false;
+  return a_file.st_dev == b_file.st_dev && a_file.st_ino == b_file.st_ino;
+}
+
+// NVTX ranges reach CUPTI only through the library named by NVTX_INJECTION64_PATH: this one
+// (which hands them to the CUPTI it is bound to, see InitializeInjectionNvtx2) or that CUPTI.
+// Another copy of CUPTI would get ranges and record nothing.
 void check_nvtx_injection() {
   const char* nvtx = std::getenv("NVTX_INJECTION64_PATH");
   if (!nvtx || !*nvtx) {
@@ -262,10 +278,8 @@ void check_nvtx_injection() {
     return;
   }
   const std::string ours = cupti_library_file();
-  struct stat nvtx_file {};
-  struct stat our_file {};
-  if (ours.empty() || stat(nvtx, &nvtx_file) != 0 || stat(ours.c_str(), &our_file) != 0) return;
-  if (nvtx_file.st_dev != our_file.st_dev || nvtx_file.st_ino != our_file.st_ino) {
+  if (ours.empty() || same_file(nvtx, own_library_file()) || same_file(nvtx, ours)) return;
+  {
     note_error(std::string("NVTX_INJECTION64_PATH is ") + nvtx +
                " but activity records come from " + ours + "; NVTX ranges may be missing");
   }
@@ -331,4 +345,25 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
 extern "C" __attribute__((visibility("default"))) const char* kforge_inject_cupti_library(void) {
   static const std::string path = kforge::inject::cupti_library_file();
   return path.c_str();
+}
+
+// NVTX calls this in the library NVTX_INJECTION64_PATH names, once, at the first NVTX call.
+// `kforge profile` names this library, which hands the call on to the CUPTI it is bound to: a
+// process may have loaded its own copy of libcupti before CUDA loaded this library (PyTorch
+// wheels ship one), and then that copy records the activity and must also get the ranges.
+extern "C" __attribute__((visibility("default"))) int InitializeInjectionNvtx2(
+    const void* get_export_table) {
+  const std::string cupti = kforge::inject::cupti_library_file();
+  void* handle = cupti.empty() ? nullptr : dlopen(cupti.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  using InitializeFn = int (*)(const void*);
+  const auto initialize =
+      handle ? reinterpret_cast<InitializeFn>(dlsym(handle, "InitializeInjectionNvtx2")) : nullptr;
+  if (!initialize) {
+    std::fprintf(stderr,
+                 "kforge-inject: %s has no InitializeInjectionNvtx2; NVTX ranges will not be "
+                 "recorded\n",
+                 cupti.empty() ? "the CUPTI library" : cupti.c_str());
+    return 0;
+  }
+  return initialize(get_export_table);
 }
