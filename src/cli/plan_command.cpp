@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 #include <fmt/format.h>
@@ -11,6 +10,7 @@
 #include "cli/common.h"
 #include "compile/compiler.h"
 #include "core/error.h"
+#include "core/json_file.h"
 #include "core/run_info.h"
 #include "device/ceilings.h"
 #include "profile/planner.h"
@@ -148,16 +148,6 @@ std::string task_folder(const PlanGroup& g, size_t index) {
   return fmt::format("{:02}-{}-{}-{}", index, g.op, shape, dtype_name(*g.dtype));
 }
 
-void write_file(const fs::path& path, const nlohmann::json& j) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) throw Error(fmt::format("cannot write {}", tmp.string()));
-  }
-  fs::rename(tmp, path);
-}
-
 }  // namespace
 
 CLI::App* add_plan_command(CLI::App& app, PlanFlags& flags) {
@@ -206,7 +196,7 @@ int cmd_plan(const PlanFlags& flags, const std::vector<std::string>& argv) {
       if (!g.extractable()) continue;
       const fs::path folder = dir / task_folder(g, tasks.size() + 1);
       fs::create_directories(folder);
-      write_file(folder / "task.json", task_to_json(plan, g, flags.profile));
+      write_json_atomically(folder / "task.json", task_to_json(plan, g, flags.profile));
       tasks.push_back((folder / "task.json").string());
       fmt::print("task {}: {}  (kforge tune --task {})\n", tasks.size(), folder.string(),
                  (folder / "task.json").string());
@@ -216,7 +206,7 @@ int cmd_plan(const PlanFlags& flags, const std::vector<std::string>& argv) {
                  flags.extract);
     }
     j["tasks"] = tasks;
-    write_file(dir / "plan.json", j);
+    write_json_atomically(dir / "plan.json", j);
   }
   write_json(j, flags.json_path);
   return 0;

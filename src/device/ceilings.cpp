@@ -1,6 +1,5 @@
 #include "device/ceilings.h"
 
-#include <unistd.h>
 #include <chrono>
 #include <fstream>
 #include <regex>
@@ -8,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/json_file.h"
 #include "core/run_info.h"
 
 namespace kforge {
@@ -48,13 +48,7 @@ Ceilings device_ceilings(WorkerClient& worker, const fs::path& cache_dir, bool r
   if (!reply.ok()) throw Error(fmt::format("measuring ceilings failed: {}", reply.detail));
   nlohmann::json record = {
       {"device", device}, {"ceilings", reply.body.at("ceilings")}, {"date", utc_timestamp()}};
-  fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + fmt::format(".tmp{}", getpid());
-  {
-    std::ofstream out(tmp);
-    out << record.dump(2) << "\n";
-  }
-  fs::rename(tmp, path);
+  write_json_atomically(path, record);
   return from_record(record, false);
 }
 

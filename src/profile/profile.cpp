@@ -6,9 +6,9 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include "core/error.h"
+#include "core/json_file.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
@@ -218,14 +218,7 @@ Profile read_profile(const fs::path& path) {
 }
 
 void write_profile(const Profile& profile, const fs::path& path) {
-  if (path.has_parent_path()) fs::create_directories(path.parent_path());
-  const fs::path temporary = path.string() + fmt::format(".tmp{}", ::getpid());
-  {
-    std::ofstream out(temporary);
-    out << nlohmann::json(profile).dump(1) << "\n";
-    if (!out) throw Error(fmt::format("cannot write {}", temporary.string()));
-  }
-  fs::rename(temporary, path);
+  write_json_atomically(path, profile, 1);
 }
 
 }  // namespace kforge

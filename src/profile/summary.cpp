@@ -15,7 +15,26 @@ struct KernelTotal {
   std::string name;
   int64_t calls = 0;
   int64_t total_ns = 0;
+  std::map<std::string, int64_t> launched_from;  // innermost context op -> calls
 };
+
+std::string shortened(const std::string& text, size_t width) {
+  return text.size() <= width ? text : text.substr(0, width - 3) + "...";
+}
+
+// The op most calls of a kernel were launched from ("-" when none carried context): the
+// innermost context's name up to its first comma ("aten::addmm, seq = 3, ..." -> "aten::addmm").
+std::string usual_op(const KernelTotal& t) {
+  std::string best = "-";
+  int64_t most = 0;
+  for (const auto& [name, calls] : t.launched_from) {
+    if (calls > most) {
+      best = name;
+      most = calls;
+    }
+  }
+  return best;
+}
 
 // What the recording says it could not capture (metadata["cupti"], written by
 // assemble_profile).
@@ -67,6 +86,10 @@ std::string profile_summary(const Profile& profile, size_t top) {
     t.name = k.demangled;
     ++t.calls;
     t.total_ns += k.duration_ns();
+    if (!k.context.empty()) {
+      const std::string& op = k.context.back().name;
+      ++t.launched_from[op.substr(0, op.find(','))];
+    }
   }
   std::vector<KernelTotal> totals;
   for (auto& [name, total] : by_name)
@@ -92,16 +115,18 @@ std::string profile_summary(const Profile& profile, size_t top) {
   if (totals.empty()) return out;
 
   constexpr size_t kNameWidth = 60;
-  out += fmt::format("\n{:<{}} {:>7} {:>12} {:>7}\n", "kernel", kNameWidth, "calls", "total us",
-                     "share");
+  constexpr size_t kOpWidth = 28;
+  out += fmt::format("\n{:<{}} {:>7} {:>12} {:>7}  {}\n", "kernel", kNameWidth, "calls", "total us",
+                     "share", "launched from");
   for (size_t i = 0; i < std::min(top, totals.size()); ++i) {
     const KernelTotal& t = totals[i];
     const double share = profile.kernel_time_ns() > 0
                              ? 100.0 * static_cast<double>(t.total_ns) /
                                    static_cast<double>(profile.kernel_time_ns())
                              : 0.0;
-    out += fmt::format("{:<{}} {:>7} {:>12.1f} {:>6.1f}%\n", short_kernel_name(t.name, kNameWidth),
-                       kNameWidth, t.calls, static_cast<double>(t.total_ns) * 1e-3, share);
+    out += fmt::format(
+        "{:<{}} {:>7} {:>12.1f} {:>6.1f}%  {}\n", short_kernel_name(t.name, kNameWidth), kNameWidth,
+        t.calls, static_cast<double>(t.total_ns) * 1e-3, share, shortened(usual_op(t), kOpWidth));
   }
   if (totals.size() > top) {
     out += fmt::format("({} more kernels in the profile)\n", totals.size() - top);

@@ -11,7 +11,7 @@ namespace kforge {
 
 // Processes, kernels, total kernel time, GPU busy time, dropped records, warnings from the
 // recording, and the `top` kernels by total time (short name, calls, total us, share of the
-// kernel time).
+// kernel time, the op most of its calls were launched from).
 std::string profile_summary(const Profile& profile, size_t top = 10);
 
 }  // namespace kforge

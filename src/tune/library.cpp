@@ -10,6 +10,7 @@
 
 #include "compile/compiler.h"
 #include "core/error.h"
+#include "core/json_file.h"
 #include "core/run_info.h"
 #include "device/launch_limits.h"
 #include "tune/results_db.h"
@@ -101,14 +102,11 @@ nlohmann::json write_tuned_table(const fs::path& path, const OpSpec& op, DType d
       written.push_back(row);
     }
   }
-  if (path.has_parent_path()) fs::create_directories(path.parent_path());
   const nlohmann::json table = {
       {"op", op.name()},      {"dtype", dtype_name(dtype)}, {"device", device},
       {"strategy", strategy}, {"git_sha", git_state().sha}, {"recorded_at", utc_timestamp()},
       {"sizes", written}};
-  std::ofstream out(path);
-  out << table.dump(2) << "\n";
-  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+  write_json_atomically(path, table);
   return written;
 }
 
@@ -179,6 +177,13 @@ std::optional<ParamValues> valid_params(const KernelFile& file, const nlohmann::
   return values;
 }
 
+// The other 16-bit float type: f16 <-> bf16 (none for f32).
+std::optional<DType> same_width_dtype(DType dtype) {
+  if (dtype == DType::f16) return DType::bf16;
+  if (dtype == DType::bf16) return DType::f16;
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype) {
@@ -203,13 +208,7 @@ int record_table_check(const fs::path& path, const std::string& file, const nloh
                                                      {"checked_at", utc_timestamp()}};
     ++updated;
   }
-  const fs::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << table.dump(2) << "\n";
-    if (!out) throw Error(fmt::format("cannot write {}", temporary.string()));
-  }
-  fs::rename(temporary, path);
+  write_json_atomically(path, table);
   return updated;
 }
 
@@ -223,11 +222,9 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
   // The dtype's own table, else one of the same element size (see library.h).
   DType table_dtype = dtype;
   fs::path table_path = tuned_table_path(std::string(op.name()), dtype, device_key(device));
-  for (const DType other : {DType::f16, DType::bf16}) {
-    if (fs::exists(table_path)) break;
-    if (other == dtype || dtype_size(other) != dtype_size(dtype)) continue;
-    table_dtype = other;
-    table_path = tuned_table_path(std::string(op.name()), other, device_key(device));
+  if (const auto partner = same_width_dtype(dtype); partner && !fs::exists(table_path)) {
+    table_dtype = *partner;
+    table_path = tuned_table_path(std::string(op.name()), *partner, device_key(device));
   }
   if (!fs::exists(table_path)) return choice;
   choice.table = table_path;
