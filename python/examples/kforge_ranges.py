@@ -20,6 +20,9 @@ tensor inputs followed by the module's parameters (recursively, in registration 
 
 A module may define range_operand_shapes(*inputs) to give its own list instead; the rotary
 embedding does, since its operands are cos/sin tables (buffers) cut to the sequence length.
+A module may also define range_fields() returning {key: value} items that its shapes cannot
+say; they go before the sizes, "module::Attention, is_causal = 1, sizes = [...]", and the
+planner reads is_causal from there for the attention kernels inside the range.
 The rotary module is called once for q and once for k, so each application is one range with
 that tensor's shape.
 
@@ -46,8 +49,14 @@ def format_sizes(shapes):
     return "[" + ", ".join("[" + ", ".join(str(int(d)) for d in s) + "]" for s in shapes) + "]"
 
 
-def range_name(class_name, shapes):
-    return f"module::{class_name}, sizes = {format_sizes(shapes)}"
+def range_name(class_name, shapes, fields=None):
+    items = "".join(f", {key} = {value}" for key, value in (fields or {}).items())
+    return f"module::{class_name}{items}, sizes = {format_sizes(shapes)}"
+
+
+def range_fields(module):
+    custom = getattr(module, "range_fields", None)
+    return dict(custom()) if callable(custom) else {}
 
 
 def _tensor_shapes(values):
@@ -80,7 +89,8 @@ def annotate(model, classes=DEFAULT_CLASSES):
         open_ranges = []  # a stack: a module may be re-entered (the rotary one is not, but may be)
 
         def enter(mod, inputs, _name=name, _open=open_ranges):
-            rf = torch.autograd.profiler.record_function(range_name(_name, operand_shapes(mod, inputs)))
+            rf = torch.autograd.profiler.record_function(
+                range_name(_name, operand_shapes(mod, inputs), range_fields(mod)))
             rf.__enter__()
             _open.append(rf)
 
