@@ -77,6 +77,10 @@ void print_plan(const Plan& plan, size_t top) {
              plan.options.matmul_tflops ? fmt::format("{:.0f} TFLOP/s", *plan.options.matmul_tflops)
                                         : "not measured",
              plan.options.ceilings_source);
+  if (plan.raised_matmul_tflops) {
+    fmt::print("matmul ceiling raised to {:.0f} TFLOP/s: a kernel of this profile reached it\n",
+               *plan.raised_matmul_tflops);
+  }
 
   const size_t shown = std::min(top, plan.groups.size());
   size_t shape_width = 5;

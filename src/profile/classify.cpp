@@ -241,6 +241,9 @@ std::optional<DType> dtype_from_kernel_name(std::string_view name) {
   for (const char* marker : {"bfloat16", "BFloat16", "bf16"}) {
     if (contains(name, marker)) return DType::bf16;
   }
+  // cuDNN's generated kernels say "f16" for either 16-bit type (a bf16 SDPA on an H200 ran
+  // cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_...): no dtype from them.
+  if (name.starts_with("cudnn_generated")) return std::nullopt;
   for (const char* marker : {"c10::Half", "__half", "half_t", "fp16", "f16"}) {
     if (contains(name, marker)) return DType::f16;
   }
@@ -349,7 +352,12 @@ Classification KernelClassifier::classify(std::string_view kernel_name,
     return decided_by(i);
   }
   for (int i = n - 1; i >= 0; --i) {
-    if (rules[i]) return decided_by(i);
+    if (!rules[i]) continue;
+    // A chain of ops of one rule is one call: aten::matmul -> aten::bmm launches a copy under
+    // aten::matmul and a GEMM under aten::bmm; both belong to the aten::matmul call.
+    while (i > 0 && rules[i - 1] == rules[i])
+      --i;
+    return decided_by(i);
   }
   return by_name(kernel_name);
 }

@@ -1,6 +1,5 @@
 #include "profile/injected_run.h"
 
-#include <dlfcn.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,24 +24,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kInjectionLibraryName = "libkforge_inject.so";
-
-#ifndef KFORGE_CUPTI_LIBRARY
-#define KFORGE_CUPTI_LIBRARY ""
-#endif
-
-// Asks the injection library which libcupti it resolved to. Loading it here runs nothing of it
-// (its work starts only when the CUDA driver calls InitializeInjection).
-fs::path cupti_reported_by(const fs::path& injection_library) {
-  void* library = dlopen(injection_library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!library) {
-    throw Error(fmt::format("{} cannot be loaded: {}", injection_library.string(), dlerror()));
-  }
-  using ReportFn = const char* (*)();
-  const auto report = reinterpret_cast<ReportFn>(dlsym(library, "kforge_inject_cupti_library"));
-  fs::path path = report && report()[0] ? fs::path(report()) : fs::path();
-  // Left loaded: unloading CUPTI again gains nothing and its teardown is not ours to test.
-  return path;
-}
 
 volatile sig_atomic_t child_pid = 0;  // the command while it runs, for the signal handler
 
@@ -87,25 +68,7 @@ InjectionPaths find_injection_paths(const fs::path& directory) {
                     "binary)",
                     paths.injection_library.string()));
   }
-  if (const char* chosen = std::getenv("KFORGE_CUPTI_LIBRARY"); chosen && *chosen) {
-    if (!fs::exists(chosen)) {
-      throw UsageError(fmt::format("KFORGE_CUPTI_LIBRARY={} does not exist", chosen));
-    }
-    paths.cupti_library = chosen;
-    return paths;
-  }
-  std::vector<fs::path> candidates = {cupti_reported_by(paths.injection_library),
-                                      KFORGE_CUPTI_LIBRARY, "/usr/local/cuda/lib64/libcupti.so",
-                                      "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so",
-                                      "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"};
-  for (const auto& candidate : candidates) {
-    if (!candidate.empty() && fs::exists(candidate)) {
-      paths.cupti_library = fs::canonical(candidate);
-      return paths;
-    }
-  }
-  throw Error(
-      "cannot find libcupti.so, which records NVTX ranges; set KFORGE_CUPTI_LIBRARY to its path");
+  return paths;
 }
 
 std::vector<std::pair<std::string, std::string>> injection_environment(

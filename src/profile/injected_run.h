@@ -1,6 +1,7 @@
 // Running a command under the CUPTI injection library: the environment that makes the CUDA
-// driver load libkforge_inject.so into every CUDA process of the command (and NVTX send its
-// ranges to CUPTI), and the child process itself, with the terminal passed through.
+// driver load libkforge_inject.so into every CUDA process of the command (and NVTX hand it its
+// ranges, which it passes to CUPTI), and the child process itself, with the terminal passed
+// through.
 #pragma once
 
 #include <filesystem>
@@ -12,14 +13,12 @@
 namespace kforge {
 
 struct InjectionPaths {
-  std::filesystem::path injection_library;  // libkforge_inject.so (CUDA_INJECTION64_PATH)
-  std::filesystem::path cupti_library;      // the libcupti it uses (NVTX_INJECTION64_PATH)
+  // libkforge_inject.so: CUDA_INJECTION64_PATH and NVTX_INJECTION64_PATH both name it.
+  std::filesystem::path injection_library;
 };
 
-// libkforge_inject.so in `directory` (where the kforge binary is), and the libcupti it links
-// against: as the library itself reports it, else the toolkit's known at build time, else the
-// usual install locations. $KFORGE_CUPTI_LIBRARY overrides the search. Throws Error saying what
-// is missing.
+// libkforge_inject.so in `directory` (where the kforge binary is). Throws Error when it is
+// missing.
 InjectionPaths find_injection_paths(const std::filesystem::path& directory);
 
 // Runs `command` (searched on PATH) with the injection environment added to ours, raw files

@@ -62,13 +62,6 @@ std::optional<std::vector<Dims>> parse_size_lists(std::string_view text) {
   return lists;
 }
 
-std::optional<bool> parse_flag(std::string_view value) {
-  value = trim(value);
-  if (value == "1" || value == "True" || value == "true") return true;
-  if (value == "0" || value == "False" || value == "false") return false;
-  return std::nullopt;
-}
-
 int64_t product(const Dims& dims, size_t begin, size_t end) {
   int64_t p = 1;
   for (size_t i = begin; i < end && i < dims.size(); ++i)
@@ -345,7 +338,36 @@ class Mapper {
   std::string why_;
 };
 
+// Scalar arguments worth a field, by their position in the op's schema: a torch.profiler trace
+// records them positionally ("Concrete Inputs"), NVTX ranges not at all.
+struct NamedArgument {
+  std::string_view op;
+  size_t index;
+  std::string_view field;
+};
+constexpr NamedArgument kNamedArguments[] = {
+    // (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    {"aten::scaled_dot_product_attention", 5, "is_causal"},
+    // (query, key, value, dropout_p, is_causal, return_debug_mask, scale)
+    {"aten::_scaled_dot_product_flash_attention", 4, "is_causal"},
+    // (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, ...)
+    {"aten::_scaled_dot_product_efficient_attention", 6, "is_causal"},
+    {"aten::_scaled_dot_product_cudnn_attention", 6, "is_causal"},
+    // (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)
+    {"aten::_flash_attention_forward", 8, "is_causal"},
+    // (query, key, value, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, compute_log_sumexp,
+    //  dropout_p, is_causal, ...)
+    {"aten::_cudnn_attention_forward", 10, "is_causal"},
+};
+
 }  // namespace
+
+std::optional<bool> parse_flag(std::string_view value) {
+  value = trim(value);
+  if (value == "1" || value == "True" || value == "true") return true;
+  if (value == "0" || value == "False" || value == "false") return false;
+  return std::nullopt;
+}
 
 ContextOp parse_context(const OpContext& context) {
   ContextOp op;
@@ -374,6 +396,11 @@ ContextOp parse_context(const OpContext& context) {
       if (key == "seq" || key == "op_id") op.identifies_call = true;
       op.fields.emplace(std::string(key), std::string(value));
     }
+  }
+  for (const NamedArgument& arg : kNamedArguments) {
+    if (op.name == arg.op && arg.index < context.input_values.size() &&
+        !context.input_values[arg.index].empty())
+      op.fields.emplace(std::string(arg.field), context.input_values[arg.index]);
   }
   return op;
 }

@@ -41,6 +41,9 @@ ContextOp parse_context(const OpContext& context);
 // others (integer tensors, unknown names).
 std::optional<DType> dtype_from_torch_type(std::string_view type);
 
+// "1", "True", "true" -> true; "0", "False", "false" -> false (spaces around allowed).
+std::optional<bool> parse_flag(std::string_view value);
+
 // What the kernels of a call can add to its context: attention kernels may say causal or not.
 struct ShapeHints {
   std::optional<bool> causal;

@@ -31,9 +31,9 @@ struct Call {
 };
 
 std::string context_key(const OpContext& c) {
-  if (c.input_dims.empty() && c.input_types.empty()) return c.name;
+  if (c.input_dims.empty() && c.input_types.empty() && c.input_values.empty()) return c.name;
   return c.name + '\x1f' + nlohmann::json(c.input_dims).dump() + '\x1f' +
-         nlohmann::json(c.input_types).dump();
+         nlohmann::json(c.input_types).dump() + '\x1f' + nlohmann::json(c.input_values).dump();
 }
 
 // The shortest period p (dividing n) with names[i] == names[i % p]: consecutive calls of one op
@@ -115,6 +115,102 @@ void add_unique(std::vector<std::string>& list, const std::string& item) {
   if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
 }
 
+// One call of a kforge op with its problem and dtype, before it joins a group.
+struct PendingCall {
+  const Call* call = nullptr;
+  std::optional<MappedProblem> problem;
+  std::string why_not;  // when there is no problem
+  DType dtype = DType::bf16;
+  std::string dtype_source;  // "input types", "kernel name", "enclosing range" or "default"
+  std::string dtype_note;
+};
+
+bool dtype_is_own(const PendingCall& pc) {
+  return pc.dtype_source == "input types" || pc.dtype_source == "kernel name";
+}
+
+// The problem from the deciding context entry, with what the kernels' names and the ranges
+// around it add; the dtype from the op's input types, else the kernels' names, else the default
+// (resolve_dtypes_from_ranges may replace that).
+PendingCall resolve_call(const Call& call, const std::vector<KernelFacts>& facts,
+                         DType default_dtype) {
+  PendingCall pc;
+  pc.call = &call;
+  pc.why_not = "the kernel name alone gives no shape";
+  const KernelFacts& first = facts[call.kernels.front()];
+  ShapeHints hints;
+  std::optional<DType> name_dtype;
+  for (const size_t k : call.kernels) {
+    if (!hints.causal) hints.causal = causal_from_kernel_name(facts[k].name);
+    // A 16-bit type named by any kernel of the call wins: library kernels name float as their
+    // accumulator too.
+    const auto named = dtype_from_kernel_name(facts[k].name);
+    if (named && (!name_dtype || *name_dtype == DType::f32)) name_dtype = named;
+  }
+  if (call.from_context) {
+    // A flag the kernels do not name may be an argument of the deciding op or of an op or
+    // module range around it (SDPA's is_causal, innermost first).
+    for (int i = first.what.context_index; i >= 0 && !hints.causal; --i) {
+      const ContextOp& c = *first.context[static_cast<size_t>(i)];
+      for (const char* key : {"is_causal", "causal"}) {
+        if (const auto it = c.fields.find(key); !hints.causal && it != c.fields.end())
+          hints.causal = parse_flag(it->second);
+      }
+    }
+    pc.problem =
+        map_problem(first.what.op, *first.context[static_cast<size_t>(first.what.context_index)],
+                    hints, &pc.why_not);
+  }
+  if (pc.problem && pc.problem->dtype) {
+    pc.dtype = *pc.problem->dtype;
+    pc.dtype_source = "input types";
+  } else if (name_dtype) {
+    pc.dtype = *name_dtype;
+    pc.dtype_source = "kernel name";
+  } else {
+    pc.dtype = default_dtype;
+    pc.dtype_source = "default";
+  }
+  return pc;
+}
+
+// A call that names no dtype of its own (nvjet_* GEMMs under NVTX ranges, which record no types;
+// cuDNN's attention kernels) takes the one the other kernels of its innermost enclosing range
+// name, by kernel time: a module or a step computes in one dtype.
+void resolve_dtypes_from_ranges(std::vector<PendingCall>& pending,
+                                const std::vector<KernelFacts>& facts, const Profile& profile) {
+  std::vector<std::optional<DType>> kernel_dtype(facts.size());
+  for (size_t k = 0; k < facts.size(); ++k) {
+    if (facts[k].what.op == "other") kernel_dtype[k] = dtype_from_kernel_name(facts[k].name);
+  }
+  for (const PendingCall& pc : pending) {
+    for (const size_t k : pc.call->kernels)
+      kernel_dtype[k] = dtype_is_own(pc) ? std::optional(pc.dtype) : std::nullopt;
+  }
+  std::unordered_map<const ContextOp*, std::map<DType, int64_t>> time_by_dtype;
+  for (size_t k = 0; k < facts.size(); ++k) {
+    if (!kernel_dtype[k]) continue;
+    for (const ContextOp* c : facts[k].context)
+      time_by_dtype[c][*kernel_dtype[k]] += profile.kernels[k].duration_ns();
+  }
+  for (PendingCall& pc : pending) {
+    if (dtype_is_own(pc)) continue;
+    const KernelFacts& first = facts[pc.call->kernels.front()];
+    for (size_t i = first.context.size(); i-- > 0;) {
+      const auto found = time_by_dtype.find(first.context[i]);
+      if (found == time_by_dtype.end()) continue;
+      const auto most =
+          std::max_element(found->second.begin(), found->second.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; });
+      pc.dtype = most->first;
+      pc.dtype_source = "enclosing range";
+      pc.dtype_note =
+          fmt::format("dtype from the other kernels in range {}", first.context[i]->name);
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<double> PlanGroup::achieved_gbps() const {
@@ -163,6 +259,11 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
   for (const auto& t : profile.transfers)
     plan.transfer_time_ns += t.duration_ns();
   if (plan.kernel_time_ns <= 0) throw UsageError("the profile's kernels took no time");
+  for (const auto& k : profile.kernels) {
+    if (k.duration_ns() > 0 &&
+        (plan.shortest_kernel_ns == 0 || k.duration_ns() < plan.shortest_kernel_ns))
+      plan.shortest_kernel_ns = k.duration_ns();
+  }
 
   // Parse every distinct context entry once; classify every kernel.
   std::unordered_map<std::string, ContextOp> parsed;
@@ -183,7 +284,9 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
   // Calls -> problems -> groups.
   std::map<std::string, PlanGroup> groups;
   std::map<std::string, std::map<std::string, KernelNameShare>> names_by_group;
-  for (const Call& call : split_into_calls(profile, facts)) {
+  const std::vector<Call> calls = split_into_calls(profile, facts);
+  std::vector<PendingCall> pending;
+  for (const Call& call : calls) {
     const KernelFacts& first = facts[call.kernels.front()];
     const std::string& op = first.what.op;
     if (op == "other") {
@@ -206,53 +309,34 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
       }
       continue;
     }
-    // The problem: from the deciding context entry, with what the kernels' names add.
-    std::optional<MappedProblem> problem;
-    std::string why_not = "the kernel name alone gives no shape";
-    ShapeHints hints;
-    std::optional<DType> name_dtype;
-    for (const size_t k : call.kernels) {
-      if (!hints.causal) hints.causal = causal_from_kernel_name(facts[k].name);
-      // A 16-bit type named by any kernel of the call wins: library kernels name float as their
-      // accumulator too.
-      const auto named = dtype_from_kernel_name(facts[k].name);
-      if (named && (!name_dtype || *name_dtype == DType::f32)) name_dtype = named;
-    }
-    if (call.from_context) {
-      problem = map_problem(op, *first.context[static_cast<size_t>(first.what.context_index)],
-                            hints, &why_not);
-    }
-    std::optional<DType> dtype;
-    std::string dtype_source;
-    if (problem && problem->dtype) {
-      dtype = problem->dtype;
-      dtype_source = "input types";
-    } else if (name_dtype) {
-      dtype = name_dtype;
-      dtype_source = "kernel name";
-    } else {
-      dtype = options.default_dtype;
-      dtype_source = "default";
-    }
+    pending.push_back(resolve_call(call, facts, options.default_dtype));
+  }
+  // Calls whose kernels name no dtype take the one of the kernels around them.
+  resolve_dtypes_from_ranges(pending, facts, profile);
+
+  for (const PendingCall& pc : pending) {
+    const Call& call = *pc.call;
+    const std::string& op = facts[call.kernels.front()].what.op;
     const OpSpec* spec = find_op(op);
-    const std::string shape = problem && spec ? spec->format_shape(problem->sizes) : "?";
-    const std::string key = fmt::format("{}\x1e{}\x1e{}", op, shape, dtype_name(*dtype));
+    const std::string shape = pc.problem && spec ? spec->format_shape(pc.problem->sizes) : "?";
+    const std::string key = fmt::format("{}\x1e{}\x1e{}", op, shape, dtype_name(pc.dtype));
     PlanGroup& g = groups[key];
     if (g.op.empty()) {
       g.op = op;
       g.shape = shape;
-      g.dtype = dtype;
-      g.dtype_source = dtype_source;
-      if (problem) g.sizes = problem->sizes;
+      g.dtype = pc.dtype;
+      g.dtype_source = pc.dtype_source;
+      if (pc.problem) g.sizes = pc.problem->sizes;
     }
     g.calls += 1;
     g.calls_are_kernels = g.calls_are_kernels || !call.from_context;
-    if (problem) {
-      for (const auto& n : problem->notes)
+    if (pc.problem) {
+      for (const auto& n : pc.problem->notes)
         add_unique(g.notes, n);
     } else {
-      add_unique(g.unmapped, why_not);
+      add_unique(g.unmapped, pc.why_not);
     }
+    if (!pc.dtype_note.empty()) add_unique(g.notes, pc.dtype_note);
     for (const size_t k : call.kernels) {
       const KernelFacts& f = facts[k];
       const int64_t ns = profile.kernels[k].duration_ns();
@@ -264,6 +348,24 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
       share.kernels += 1;
       share.time_ns += ns;
     }
+  }
+
+  // The compute ceiling: the measured one, unless a compute-bound group of this run was faster.
+  // The measurement (cuBLAS at one shape on random data) can run below what the same GPU
+  // reaches at other shapes; a kernel that reached more proves the hardware can.
+  std::optional<double> matmul_tflops = options.matmul_tflops;
+  if (matmul_tflops) {
+    for (const auto& [key, g] : groups) {
+      if (!g.sizes || g.calls == 0 || g.time_ns <= 0) continue;
+      const Cost cost = find_op(g.op)->cost(*g.sizes, *g.dtype);
+      const bool compute_bound =
+          cost.flops / (*options.matmul_tflops * 1e12) > cost.bytes / (options.copy_gbps * 1e9);
+      const double achieved = cost.flops * static_cast<double>(g.calls) /
+                              static_cast<double>(g.time_ns) * 1e-3;  // FLOP/ns -> TFLOP/s
+      if (compute_bound && *g.dtype != DType::f32 && achieved > *matmul_tflops)
+        matmul_tflops = achieved;
+    }
+    if (*matmul_tflops > *options.matmul_tflops) plan.raised_matmul_tflops = matmul_tflops;
   }
 
   // The roofline and Amdahl's law per group.
@@ -278,20 +380,34 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
     if (!g.sizes || g.calls == 0) continue;
     const Cost cost = find_op(g.op)->cost(*g.sizes, *g.dtype);
     const double memory_s = cost.bytes / (options.copy_gbps * 1e9);
-    const double compute_s =
-        options.matmul_tflops ? cost.flops / (*options.matmul_tflops * 1e12) : 0.0;
-    const double best_ns = std::max(memory_s, compute_s) * 1e9;
-    if (best_ns <= 0) continue;
+    const double compute_s = matmul_tflops ? cost.flops / (*matmul_tflops * 1e12) : 0.0;
+    const double roofline_ns = std::max(memory_s, compute_s) * 1e9;
+    if (roofline_ns <= 0) continue;
     g.bytes_per_call = cost.bytes;
     g.flops_per_call = cost.flops;
-    g.best_ns_per_call = best_ns;
     g.bound = compute_s > memory_s ? "compute" : "memory";
+    // A call is at least one kernel, and no kernel of this run was shorter than the shortest:
+    // below it launch and ramp-up, not bytes or FLOPs, set the time.
+    double best_ns = roofline_ns;
+    if (static_cast<double>(plan.shortest_kernel_ns) > roofline_ns) {
+      best_ns = static_cast<double>(plan.shortest_kernel_ns);
+      g.bound = "latency";
+      add_unique(g.notes,
+                 fmt::format("roofline {:.2f} us is below the shortest kernel of the profile "
+                             "({:.2f} us): bounded by that",
+                             roofline_ns * 1e-3, best_ns * 1e-3));
+    }
+    g.best_ns_per_call = best_ns;
     g.s_max = g.ns_per_call() / best_ns;
-    // A group already faster than its roofline (inputs served from L2) has nothing to gain.
+    // A group already faster than its roofline has nothing to gain.
     const double s = std::max(1.0, *g.s_max);
     g.gain = 1 / ((1 - g.share) + g.share / s);
-    if (*g.s_max < 1) {
+    if (*g.s_max < 1 && g.bound == "memory") {
       add_unique(g.notes, "faster than the DRAM roofline (inputs likely held in L2): no gain");
+    }
+    if (*g.s_max < 1 && g.bound == "compute") {
+      add_unique(g.notes,
+                 fmt::format("at the matmul ceiling ({:.0f} TFLOP/s): no gain", *matmul_tflops));
     }
     if (g.bound == "compute" && *g.dtype == DType::f32) {
       add_unique(g.notes, "compute bound from the bf16 matmul ceiling: f32 cannot reach it");
@@ -375,6 +491,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
           {"kernel_time_ns", plan.kernel_time_ns},
           {"busy_time_ns", plan.busy_time_ns},
           {"transfer_time_ns", plan.transfer_time_ns},
+          {"shortest_kernel_ns", plan.shortest_kernel_ns},
+          {"raised_matmul_tflops", optional(plan.raised_matmul_tflops)},
           {"all_fixed_gain", plan.all_fixed_gain},
           {"groups", groups}};
 }

@@ -4,7 +4,9 @@
 // Every kernel is classified (classify.h) and joins exactly one group: kforge op x problem shape
 // x dtype, or, for kernels of no kforge op, its own kernel name. Per group, with f its share of
 // all kernel time:
-//   best time per call  t* = max(bytes / copy ceiling, FLOPs / matmul ceiling)   (measured)
+//   best time per call  t* = max(bytes / copy ceiling, FLOPs / matmul ceiling,   (measured)
+//                                the shortest kernel of the profile)
+// where the matmul ceiling is raised to the best throughput a compute-bound group reached.
 //   s_max               = (time per call) / t*          the most a kernel can gain on this GPU
 //   gain                = 1 / ((1 - f) + f / s_max)     the whole run's speedup if only this
 //                                                       group ran at its roofline
@@ -55,7 +57,7 @@ struct PlanGroup {
   std::optional<Sizes> sizes;  // the problem, when the context determined it
   std::string shape;           // OpSpec::format_shape; "?" when unknown; "-" for other
   std::optional<DType> dtype;  // none for other
-  std::string dtype_source;    // "input types", "kernel name" or "default"
+  std::string dtype_source;    // "input types", "kernel name", "enclosing range" or "default"
   int64_t kernels = 0;
   // Calls: op calls where the context identified them (one call of an RMSNorm module may launch
   // several kernels), otherwise kernels (calls_are_kernels).
@@ -67,7 +69,7 @@ struct PlanGroup {
   std::optional<double> bytes_per_call;
   std::optional<double> flops_per_call;
   std::optional<double> best_ns_per_call;
-  std::string bound;  // "memory" or "compute"
+  std::string bound;  // "memory", "compute" or "latency" (the shortest kernel of the profile)
   std::optional<double> s_max;
   std::optional<double> gain;
   double gain_bound = 1;  // 1 / (1 - f): the gain if this group took no time at all
@@ -90,9 +92,13 @@ struct Plan {
   std::string device;  // the device with most kernel time
   PlanOptions options;
   int64_t kernels = 0;
-  int64_t kernel_time_ns = 0;     // sum of kernel durations: the 100% of shares
-  int64_t busy_time_ns = 0;       // union of kernel and transfer intervals
-  int64_t transfer_time_ns = 0;   // sum of copy and memset durations (not in any group)
+  int64_t kernel_time_ns = 0;      // sum of kernel durations: the 100% of shares
+  int64_t busy_time_ns = 0;        // union of kernel and transfer intervals
+  int64_t transfer_time_ns = 0;    // sum of copy and memset durations (not in any group)
+  int64_t shortest_kernel_ns = 0;  // the floor under every group's best time per call
+  // Set when a compute-bound group ran faster than the measured matmul ceiling: its throughput,
+  // used as the ceiling instead.
+  std::optional<double> raised_matmul_tflops;
   std::vector<PlanGroup> groups;  // ranked
   // Gain if every group with a roofline ran at it.
   double all_fixed_gain = 1;

@@ -27,6 +27,9 @@ struct OpContext {
   std::string name;                              // "aten::addmm", or the range's text
   std::vector<std::vector<int64_t>> input_dims;  // one entry per input; empty dims for scalars
   std::vector<std::string> input_types;          // "c10::BFloat16", "float", ... where known
+  // Scalar arguments as a torch.profiler trace records them ("Concrete Inputs": "True", "0.",
+  // "" for tensors); one entry per input where known.
+  std::vector<std::string> input_values;
   bool operator==(const OpContext&) const = default;
 };
 

@@ -157,10 +157,11 @@ std::vector<std::vector<int64_t>> input_dims_of(const json& dims) {
   return out;
 }
 
-std::vector<std::string> input_types_of(const json& types) {
+// "Input type" and "Concrete Inputs": one string per input ("" where the trace has none).
+std::vector<std::string> strings_of(const json& items) {
   std::vector<std::string> out;
-  if (!types.is_array()) return out;
-  for (const json& t : types)
+  if (!items.is_array()) return out;
+  for (const json& t : items)
     out.push_back(t.is_string() ? t.get<std::string>() : std::string());
   return out;
 }
@@ -170,7 +171,9 @@ OpContext context_of(const TraceEvent& e) {
   c.name = e.name;
   if (e.args != nullptr) {
     if (e.args->contains("Input Dims")) c.input_dims = input_dims_of(e.args->at("Input Dims"));
-    if (e.args->contains("Input type")) c.input_types = input_types_of(e.args->at("Input type"));
+    if (e.args->contains("Input type")) c.input_types = strings_of(e.args->at("Input type"));
+    if (e.args->contains("Concrete Inputs"))
+      c.input_values = strings_of(e.args->at("Concrete Inputs"));
   }
   return c;
 }

@@ -214,8 +214,9 @@ const char* kMean =
 
 TEST(ClassifyContext, InnermostOpDecidesWhateverTheKernel) {
   KernelClassifier classifier;
-  // aten::linear -> aten::matmul -> aten::mm: the innermost op decides, even for a copy kernel
-  // the matmul launches.
+  // aten::linear -> aten::matmul -> aten::mm: the innermost op with a rule decides, even for a
+  // copy kernel the matmul launches, and the chain of matmul ops around it is one call, decided
+  // at its outermost op.
   const auto linear =
       context({"aten::linear, seq = 5, op_id = 20, sizes = [[8, 512], [512, 512], []]",
                "aten::matmul, op_id = 21, sizes = [[8, 512], [512, 512]]",
@@ -224,7 +225,13 @@ TEST(ClassifyContext, InnermostOpDecidesWhateverTheKernel) {
   EXPECT_EQ(c.op, "matmul");
   EXPECT_EQ(c.rule, "aten-matmul");
   EXPECT_EQ(c.evidence, Evidence::context_op);
-  EXPECT_EQ(c.context_index, 2);
+  EXPECT_EQ(c.context_index, 0);
+  // A copy under aten::matmul and the GEMM under aten::bmm inside it: one call.
+  const auto bmm =
+      context({"aten::matmul, op_id = 40, sizes = [[8, 12, 256, 64], [8, 12, 64, 256]]",
+               "aten::bmm, op_id = 44, sizes = [[96, 256, 64], [96, 64, 256]]"});
+  EXPECT_EQ(classifier.classify(kGemm, bmm).context_index, 0);
+  EXPECT_EQ(classifier.classify(kElementwise, std::span(bmm).first(1)).context_index, 0);
 
   // An op without a rule leaves the decision to the kernel name.
   c = classifier.classify(kElementwise, context({"module::Attention",
@@ -244,7 +251,7 @@ TEST(ClassifyContext, InnermostOpDecidesWhateverTheKernel) {
       context({"NativeLayerNormBackward0", "aten::native_layer_norm_backward"}));
   EXPECT_EQ(c.op, "other");
   EXPECT_EQ(c.rule, "backward");
-  EXPECT_EQ(c.context_index, 1);
+  EXPECT_EQ(c.context_index, 0);  // both entries are backward ops
 
   // A sum alone is a reduce.
   c = classifier.classify(kMean, context({"aten::mean, seq = 3, op_id = 7, sizes = [[64, 4096]]"}));
@@ -353,6 +360,10 @@ TEST(ClassifyFacts, DtypeCausalAndShortNames) {
                                    "at::native::ReduceOp<float, at::native::MeanOps<float, float>"),
             DType::f32);
   EXPECT_FALSE(dtype_from_kernel_name("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT"));
+  // cuDNN names "f16" for a bf16 attention too (recorded on an H200).
+  EXPECT_FALSE(dtype_from_kernel_name(
+      "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_"
+      "cga1x1x1_kernel0_0"));
   EXPECT_FALSE(dtype_from_kernel_name("triton_per_fused__to_copy_add_mean_mul_pow_rsqrt_0"));
 
   // FlashAttention-2: flash_fwd_kernel<Traits, Is_dropout, Is_causal, ...>, as ncu (0/1), the

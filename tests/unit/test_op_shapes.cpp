@@ -59,6 +59,16 @@ TEST(NvtxText, ParsesEmitNvtxRangesWithShapes) {
   EXPECT_EQ(traced.name, "aten::mm");
   EXPECT_EQ(traced.input_dims.size(), 2u);
   EXPECT_EQ(shape_of("matmul", traced), "8x4x16");
+
+  // A trace's scalar arguments ("Concrete Inputs") name SDPA's causal flag by its position.
+  const std::vector<std::vector<int64_t>> qkv = {
+      {4, 16, 512, 64}, {4, 16, 512, 64}, {4, 16, 512, 64}, {}, {}, {}, {}, {}};
+  const ContextOp sdpa = parse_context(
+      {"aten::scaled_dot_product_attention", qkv, {}, {"", "", "", "", "0.", "True", "", "False"}});
+  EXPECT_EQ(sdpa.fields.at("is_causal"), "True");
+  EXPECT_EQ(shape_of("flash_attention", sdpa), "4x16x512x64,causal=1,scale_permille=0");
+  // Other ops' values name nothing.
+  EXPECT_TRUE(parse_context({"aten::mm", {{8, 16}, {16, 4}}, {}, {"", ""}}).fields.empty());
 }
 
 TEST(MapProblem, Matmuls) {

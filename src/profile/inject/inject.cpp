@@ -339,14 +339,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   return 0;
 }
 
-// The path of the libcupti this library is linked against, for NVTX_INJECTION64_PATH: NVTX
-// ranges must go to the same CUPTI that records the activity. `kforge profile` dlopen()s this
-// library and calls this before starting the command. Returns "" when unknown.
-extern "C" __attribute__((visibility("default"))) const char* kforge_inject_cupti_library(void) {
-  static const std::string path = kforge::inject::cupti_library_file();
-  return path.c_str();
-}
-
 // NVTX calls this in the library NVTX_INJECTION64_PATH names, once, at the first NVTX call.
 // `kforge profile` names this library, which hands the call on to the CUPTI it is bound to: a
 // process may have loaded its own copy of libcupti before CUDA loaded this library (PyTorch
