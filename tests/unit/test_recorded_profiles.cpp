@@ -4,7 +4,8 @@
 // torch.profiler traces of the LLaMA and BERT models.
 //
 // What is expected comes from the programs, not from kforge: the example models' sizes and
-// layer counts say which ops run how often at which shapes (two layers, one timed step).
+// layer counts say which ops run how often at which shapes (example_model_rows.h; two layers,
+// one timed step).
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "device/ceilings.h"
+#include "example_model_rows.h"
 #include "plan_checks.h"
 #include "profile/cupti_import.h"
 #include "profile/planner.h"
@@ -25,7 +27,11 @@ namespace kforge {
 namespace {
 
 namespace fs = std::filesystem;
+using test::bert_step_rows;
 using test::expect_each_kernel_counted_once;
+using test::gpt2_step_rows;
+using test::kforge_rows;
+using test::llama_step_rows;
 using test::row;
 
 fs::path recorded(const std::string& name) {
@@ -47,18 +53,6 @@ PlanOptions h200() {
   options.copy_gbps = c.copy_gbps;
   options.matmul_tflops = c.matmul_tflops;
   return options;
-}
-
-// One row of a plan as (op, shape, dtype, calls): what two recordings of one model must share.
-using RowKey = std::tuple<std::string, std::string, std::string, int64_t>;
-
-std::vector<RowKey> kforge_rows(const Plan& plan) {
-  std::vector<RowKey> rows;
-  for (const auto& g : plan.groups) {
-    if (g.op != "other") rows.emplace_back(g.op, g.shape, dtype_name(*g.dtype), g.calls);
-  }
-  std::sort(rows.begin(), rows.end());
-  return rows;
 }
 
 // The op that launched a kernel: its innermost context entry's name up to the first comma.
@@ -102,19 +96,6 @@ TEST(RecordedProfiles, CudaExampleStepsFromRawRecords) {
   EXPECT_LE(p.kernel_time_ns(), p.busy_time_ns());
 }
 
-// LLaMA-like model, 2 layers, batch 4 x seq 512, dim 1024, 16 heads of 64, SwiGLU 2816,
-// vocab 16384, bf16: per step 5 RMSNorms (2 per layer and the final one), RoPE on q and k, one
-// causal attention and one SwiGLU per layer, q/k/v/o projections, the LM head and the loss.
-const std::vector<RowKey> kLlamaRows = {
-    {"cross_entropy", "2048x16384", "bf16", 1},
-    {"flash_attention", "4x16x512x64,causal=1,scale_permille=0", "bf16", 2},
-    {"fused_mlp", "2048x1024x2816", "bf16", 2},
-    {"matmul", "2048x1024x1024", "bf16", 8},
-    {"matmul", "2048x16384x1024", "bf16", 1},
-    {"rmsnorm", "2048x1024", "bf16", 5},
-    {"rotary_embedding_half", "4x16x512x64", "bf16", 4},
-};
-
 TEST(RecordedProfiles, LlamaUnderNvtxPlansEveryOpAtItsShape) {
   const Profile p = timed_step("llama_nvtx");
   ASSERT_EQ(p.devices.size(), 1u);
@@ -124,7 +105,7 @@ TEST(RecordedProfiles, LlamaUnderNvtxPlansEveryOpAtItsShape) {
 
   const Plan plan = make_plan(p, h200());
   expect_each_kernel_counted_once(p, plan);
-  EXPECT_EQ(kforge_rows(plan), kLlamaRows);
+  EXPECT_EQ(kforge_rows(plan), llama_step_rows(2));
   // Only the residual adds and the embedding lookup (outside every module range) are no
   // kforge op.
   int64_t adds_and_lookups = 0, other = 0;
@@ -139,7 +120,8 @@ TEST(RecordedProfiles, LlamaUnderNvtxPlansEveryOpAtItsShape) {
   // NVTX ranges carry no dtypes and cuDNN's kernel names do not tell bf16 from f16: the
   // attention and the nvjet GEMMs take the dtype of the kernels around them; causal comes from
   // the Attention module's range.
-  const PlanGroup& attention = row(plan, "flash_attention", std::get<1>(kLlamaRows[1]));
+  const PlanGroup& attention =
+      row(plan, "flash_attention", "4x16x512x64,causal=1,scale_permille=0");
   EXPECT_EQ(attention.dtype_source, "enclosing range");
   for (const auto& note : attention.notes)
     EXPECT_EQ(note.find("causal"), std::string::npos) << note;
@@ -165,7 +147,7 @@ TEST(RecordedProfiles, LlamaTorchTraceAgreesWithTheNvtxRecording) {
 
   const Plan plan = make_plan(trace.profile, h200());
   expect_each_kernel_counted_once(trace.profile, plan);
-  EXPECT_EQ(kforge_rows(plan), kLlamaRows);
+  EXPECT_EQ(kforge_rows(plan), llama_step_rows(2));
   const Plan nvtx_plan = make_plan(nvtx, h200());
   for (const auto& g : plan.groups) {
     if (g.op == "other") continue;
@@ -177,44 +159,22 @@ TEST(RecordedProfiles, LlamaTorchTraceAgreesWithTheNvtxRecording) {
 }
 
 TEST(RecordedProfiles, Gpt2UnderNvtx) {
-  // GPT-2-like, 2 layers, batch 8 x seq 512, dim 768, 12 heads, MLP 3072, vocab 16384.
   const Profile p = timed_step("gpt2_nvtx");
   const Plan plan = make_plan(p, h200());
   expect_each_kernel_counted_once(p, plan);
-  const std::vector<RowKey> expected = {
-      {"cross_entropy", "4096x16384", "bf16", 1},
-      {"flash_attention", "8x12x512x64,causal=1,scale_permille=0", "bf16", 2},
-      {"layernorm", "4096x768", "bf16", 5},
-      {"matmul", "4096x16384x768", "bf16", 1},
-      {"matmul", "4096x2304x768", "bf16", 2},
-      {"matmul", "4096x3072x768", "bf16", 2},
-      {"matmul", "4096x768x3072", "bf16", 2},
-      {"matmul", "4096x768x768", "bf16", 2},
-  };
-  EXPECT_EQ(kforge_rows(plan), expected);
+  EXPECT_EQ(kforge_rows(plan), gpt2_step_rows(2));
 }
-
-// BERT-like, 2 layers, batch 16 x seq 256, dim 768, 12 heads of 64, MLP 3072, 4 classes:
-// attention as matmul -> softmax -> matmul (batched over 16 x 12 heads), a pooler and a
-// classifier on the first token, cross-entropy over the 4 classes.
-const std::vector<RowKey> kBertRows = {
-    {"cross_entropy", "16x4", "bf16", 1},   {"layernorm", "4096x768", "bf16", 5},
-    {"matmul", "16x4x768", "bf16", 1},      {"matmul", "16x768x768", "bf16", 1},
-    {"matmul", "4096x3072x768", "bf16", 2}, {"matmul", "4096x768x3072", "bf16", 2},
-    {"matmul", "4096x768x768", "bf16", 8},  {"matmul", "49152x256x64", "bf16", 2},
-    {"matmul", "49152x64x256", "bf16", 2},  {"softmax", "49152x256", "bf16", 2},
-};
 
 TEST(RecordedProfiles, BertFromNvtxAndFromItsTorchTrace) {
   const Profile p = timed_step("bert_nvtx");
   const Plan plan = make_plan(p, h200());
   expect_each_kernel_counted_once(p, plan);
-  EXPECT_EQ(kforge_rows(plan), kBertRows);
+  EXPECT_EQ(kforge_rows(plan), bert_step_rows(2));
 
   const TorchTraceImport trace = read_torch_trace(recorded("bert_trace.json"));
   const Plan trace_plan = make_plan(trace.profile, h200());
   expect_each_kernel_counted_once(trace.profile, trace_plan);
-  EXPECT_EQ(kforge_rows(trace_plan), kBertRows);
+  EXPECT_EQ(kforge_rows(trace_plan), bert_step_rows(2));
 
   // The 16x4 classifier GEMM's roofline is a few nanoseconds; no kernel of the run took less
   // than the shortest one, which bounds it instead.
