@@ -75,7 +75,8 @@ struct Process {
   std::unordered_map<int64_t, Launch> launches;  // by correlation id
   std::vector<size_t> ranges;                    // indices into the profile's ranges
   int64_t untimed_kernels = 0;
-  int64_t last_time = 0;  // the latest timestamp seen, where unclosed ranges end
+  int64_t last_time = 0;                     // the latest timestamp seen, where unclosed ranges end
+  std::map<std::string, int64_t> api_calls;  // every recorded API call, by name
 };
 
 std::array<int64_t, 3> triple(const json& j, const char* key, std::array<int64_t, 3> fallback,
@@ -289,6 +290,16 @@ Process read_process(const json& raw, size_t file_index, std::vector<DeviceRecor
   p.written_at = optional_field<std::string>(raw, "written_at", "", where);
   p.dropped = optional_field<int64_t>(raw, "dropped_records", 0, where);
   p.errors = optional_field<std::vector<std::string>>(raw, "errors", {}, where);
+  if (raw.contains("api_counts")) {
+    for (const json& c : array_field(raw, "api_counts", where)) {
+      std::string name = optional_field<std::string>(c, "name", "", where);
+      if (name.empty()) {
+        name = fmt::format("{} {}", optional_field<std::string>(c, "api", "runtime", where),
+                           field<int64_t>(c, "cbid", where));
+      }
+      p.api_calls[name] += field<int64_t>(c, "calls", where);
+    }
+  }
   read_devices(raw, where, devices);
   read_kernels(raw, where, p);
   read_transfers(raw, where, p);
@@ -406,7 +417,10 @@ Profile assemble_profile(const std::vector<json>& raw_files, const AssembleOptio
   int64_t outside_region = 0;
   int64_t untimed = 0;
   json process_notes = json::array();
+  std::map<std::string, int64_t> api_calls;
   for (Process& p : processes) {
+    for (const auto& [name, calls] : p.api_calls)
+      api_calls[name] += calls;
     profile.dropped_records += p.dropped;
     untimed += p.untimed_kernels;
     int64_t kept_kernels = 0;
@@ -442,10 +456,22 @@ Profile assemble_profile(const std::vector<json>& raw_files, const AssembleOptio
   });
   std::sort(profile.devices.begin(), profile.devices.end(),
             [](const auto& a, const auto& b) { return a.id < b.id; });
+  // The API calls the program made, most frequent first: each cost the profiler a record.
+  std::vector<std::pair<std::string, int64_t>> by_calls(api_calls.begin(), api_calls.end());
+  std::stable_sort(by_calls.begin(), by_calls.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  json api = json::array();
+  int64_t api_total = 0;
+  for (const auto& [name, calls] : by_calls) {
+    api.push_back({{"name", name}, {"calls", calls}});
+    api_total += calls;
+  }
   profile.metadata["cupti"] = {{"processes", process_notes},
                                {"kernels_without_launch_call", without_launch},
                                {"kernels_without_timestamps", untimed},
-                               {"kernels_outside_region", outside_region}};
+                               {"kernels_outside_region", outside_region},
+                               {"api_calls_recorded", api_total},
+                               {"api_calls_by_name", api}};
   return profile;
 }
 

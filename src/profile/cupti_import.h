@@ -24,13 +24,16 @@
 //                   "correlation": 9}],
 //    "api_calls": [{"api": "runtime",  // or "driver" (Triton launches with cuLaunchKernel)
 //                   "cbid": 211, "correlation": 12, "thread": 4243, "start": 900, "end": 950}],
+//    "api_counts": [{"api": "runtime", "cbid": 211, "name": "cudaLaunchKernel_v7000",
+//                    "calls": 1200}],   // every call recorded, launching or not
 //    "markers": [{"id": 1, "kind": "start", "time": 800, "thread": 4243, "name": "step",
 //                 "domain": "..."},      // domain: absent for NVTX's default domain
 //                {"id": 1, "kind": "end", "time": 2500, "thread": 4243}]}
 //
 // api_calls holds only the calls whose correlation id some kernel or transfer carries (the calls
-// that launched GPU work); markers are NVTX push/pop and start/end ranges ("start" and "end"
-// with the same id) and marks ("instant", ignored here). Unknown fields are ignored.
+// that launched GPU work), api_counts every call by API (optional); markers are NVTX push/pop
+// and start/end ranges ("start" and "end" with the same id) and marks ("instant", ignored
+// here). Unknown fields are ignored.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +65,7 @@ std::vector<nlohmann::json> read_raw_files(const std::filesystem::path& director
 // the call that launched them (by process and correlation id), each with the NVTX ranges open on
 // the launching thread at launch time as its context (outermost first); NVTX ranges paired, with
 // their nesting depth per thread; devices merged; dropped records summed. What could not be
-// linked or timed is counted in metadata["cupti"].
+// linked or timed, and the API calls recorded by name, are in metadata["cupti"].
 // Throws Error for a file that is not a raw profile, UsageError when `options.range` never
 // occurs or `options.skip` leaves none of its occurrences.
 Profile assemble_profile(const std::vector<nlohmann::json>& raw_files,

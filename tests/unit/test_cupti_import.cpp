@@ -290,6 +290,25 @@ TEST(CuptiImportTest, ReportsWhatCouldNotBeRecorded) {
   EXPECT_NE(summary.find("processes    2"), std::string::npos) << summary;
 }
 
+TEST(CuptiImportTest, CountsTheApiCallsOfAllProcesses) {
+  json first = raw_process(1);
+  first["api_counts"] = {
+      {{"api", "runtime"}, {"cbid", 211}, {"name", "cudaLaunchKernel_v7000"}, {"calls", 40}},
+      {{"api", "runtime"}, {"cbid", 3}, {"name", "cudaGetDevice_v3020"}, {"calls", 90}}};
+  json second = raw_process(2);
+  second["api_counts"] = {
+      {{"api", "runtime"}, {"cbid", 211}, {"name", "cudaLaunchKernel_v7000"}, {"calls", 70}},
+      {{"api", "driver"}, {"cbid", 307}, {"calls", 5}}};  // no name: API and id
+  const Profile p = assemble_profile({first, second, raw_process(3)}, {});
+  const json& cupti = p.metadata["cupti"];
+  EXPECT_EQ(cupti["api_calls_recorded"], 205);
+  ASSERT_EQ(cupti["api_calls_by_name"].size(), 3u);
+  EXPECT_EQ(cupti["api_calls_by_name"][0]["name"], "cudaLaunchKernel_v7000");
+  EXPECT_EQ(cupti["api_calls_by_name"][0]["calls"], 110);
+  EXPECT_EQ(cupti["api_calls_by_name"][1]["name"], "cudaGetDevice_v3020");
+  EXPECT_EQ(cupti["api_calls_by_name"][2]["name"], "driver 307");
+}
+
 TEST(CuptiImportTest, UnclosedRangesLastUntilTheProcessEnds) {
   json raw = raw_process(1);
   raw["markers"].push_back(

@@ -2,9 +2,11 @@
 
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <string_view>
 #include <unordered_set>
+#include <utility>
 
 namespace kforge::inject {
 namespace {
@@ -194,8 +196,9 @@ void ActivityStore::add_record(const CUpti_Activity* record) {
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER: {
       const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
-      api_calls_.push_back({record->kind == CUPTI_ACTIVITY_KIND_RUNTIME, a->cbid, a->correlationId,
-                            a->threadId, a->start, a->end});
+      const bool runtime = record->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+      api_calls_.push_back({runtime, a->cbid, a->correlationId, a->threadId, a->start, a->end});
+      ++api_counts_[(runtime ? 0 : uint64_t{1} << 32) | a->cbid];
       break;
     }
     case CUPTI_ACTIVITY_KIND_MARKER: {
@@ -258,7 +261,7 @@ void ActivityStore::add_error(const std::string& message) {
   new_rows_.store(true);
 }
 
-std::string ActivityStore::to_json(pid_t pid, const std::string& written_at) {
+std::string ActivityStore::to_json(pid_t pid, const std::string& written_at, ApiNamer namer) {
   std::lock_guard lock(mutex_);
   new_rows_.store(false);
   std::string out;
@@ -414,6 +417,32 @@ std::string ActivityStore::to_json(pid_t pid, const std::string& written_at) {
     out += ',';
     append_key(out, "end");
     append_uint(out, a.end);
+    out += '}';
+  }
+  out += "],\n";
+
+  // What the profiled program spent its API calls on: the profiler's cost grows with them.
+  std::vector<std::pair<uint64_t, uint64_t>> counts(api_counts_.begin(), api_counts_.end());
+  std::sort(counts.begin(), counts.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+  append_key(out, "api_counts");
+  out += '[';
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const bool runtime = (counts[i].first >> 32) == 0;
+    const auto cbid = static_cast<uint32_t>(counts[i].first);
+    out += i ? ",\n{" : "\n{";
+    append_key(out, "api");
+    out += runtime ? "\"runtime\"," : "\"driver\",";
+    append_key(out, "cbid");
+    append_uint(out, cbid);
+    out += ',';
+    if (namer) {
+      append_key(out, "name");
+      append_string(out, namer(runtime, cbid));
+      out += ',';
+    }
+    append_key(out, "calls");
+    append_uint(out, counts[i].second);
     out += '}';
   }
   out += "],\n";

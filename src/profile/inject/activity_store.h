@@ -50,9 +50,12 @@ class ActivityStore {
   void add_error(const std::string& message);
   // Rows added since the last to_json().
   bool has_new_rows() const { return new_rows_.load(); }
+  // The name of a runtime (else driver) API call by its callback id; "" when unknown.
+  using ApiNamer = std::string (*)(bool runtime, uint32_t cbid);
   // The raw file's text. `written_at` says which exit path wrote it ("exit", "signal 15", ...).
-  // Launch calls whose correlation id matches no kernel or transfer are left out.
-  std::string to_json(pid_t pid, const std::string& written_at);
+  // Launch calls whose correlation id matches no kernel or transfer are left out; every call
+  // is counted by its API (named by `namer` when given).
+  std::string to_json(pid_t pid, const std::string& written_at, ApiNamer namer = nullptr);
   bool held_by_this_thread() const { return mutex_.held_by_this_thread(); }
 
  private:
@@ -106,6 +109,7 @@ class ActivityStore {
   std::vector<KernelRow> kernels_;
   std::vector<TransferRow> transfers_;
   std::vector<ApiRow> api_calls_;
+  std::unordered_map<uint64_t, uint64_t> api_counts_;  // (driver bit << 32 | cbid) -> calls
   std::vector<MarkerRow> markers_;
   std::vector<DeviceRow> devices_;
   std::mutex errors_mutex_;  // errors can be noted while mutex_ is held

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include <cuda.h>
 #include <cupti.h>
@@ -105,6 +106,15 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream, uint8_t* b
 }
 
 // Writes the raw file atomically: a reader never sees half of it.
+// CUPTI's name of an API call ("cudaLaunchKernel_v7000"), for the raw file's call counts.
+std::string api_name(bool runtime, uint32_t cbid) {
+  const char* name = nullptr;
+  const CUpti_CallbackDomain domain =
+      runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
+  if (cuptiGetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) return "";
+  return name;
+}
+
 void write_raw_file(const std::string& text) {
   const State& s = state();
   const std::string path = s.directory + "/raw-" + std::to_string(s.pid) + ".json";
@@ -144,7 +154,7 @@ void flush_and_write(const std::string& written_at, bool flush) {
     }
   }
   if (s.written.load() && !store().has_new_rows()) return;
-  write_raw_file(store().to_json(s.pid, written_at));
+  write_raw_file(store().to_json(s.pid, written_at, api_name));
   s.written.store(true);
 }
 
@@ -285,6 +295,61 @@ void check_nvtx_injection() {
   }
 }
 
+// Calls that only read or set state (cudaGetDevice, cudaGetLastError, cuCtxGetCurrent, ...)
+// launch no GPU work, so no kernel needs their record, yet a framework makes several of them per
+// kernel and each record costs the profiled program time. Their prefixes, as CUPTI names them:
+constexpr std::string_view kQueryApiPrefixes[] = {
+    // runtime
+    "cudaGetDevice", "cudaSetDevice", "cudaGetLastError", "cudaPeekAtLastError",
+    "cudaDeviceGetAttribute", "cudaDeviceGetStreamPriorityRange", "cudaPointerGetAttributes",
+    "cudaStreamIsCapturing", "cudaStreamGetCaptureInfo", "cudaThreadExchangeStreamCaptureMode",
+    "cudaFuncGetAttributes", "cudaEventQuery", "cudaStreamQuery", "cudaDriverGetVersion",
+    "cudaRuntimeGetVersion", "cudaGetDriverEntryPoint", "cudaGetFuncBySymbol", "cudaOccupancy",
+    "cudaGetErrorString", "cudaGetErrorName",
+    // driver
+    "cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxGetDevice", "cuCtxPushCurrent", "cuCtxPopCurrent",
+    "cuCtxGetStreamPriorityRange", "cuDeviceGet", "cuDevicePrimaryCtxGetState", "cuGetProcAddress",
+    "cuPointerGetAttribute", "cuStreamIsCapturing", "cuStreamGetCaptureInfo", "cuFuncGetAttribute",
+    "cuKernelGetAttribute", "cuKernelGetFunction", "cuLibraryGetKernel", "cuModuleGetFunction",
+    "cuOccupancy", "cuStreamQuery", "cuEventQuery", "cuDriverGetVersion", "cuGetErrorString",
+    "cuGetErrorName", "cuThreadExchangeStreamCaptureMode", "cuKernelGetName", "cuFuncGetName",
+    "cuCtxGetLimit", "cuKernelSetAttribute", "cuFuncSetAttribute"};
+
+bool is_query_api(std::string_view name) {
+  for (const std::string_view prefix : kQueryApiPrefixes) {
+    if (name.starts_with(prefix)) return true;
+  }
+  return false;
+}
+
+// Leaves the query calls out of the API records (after CUPTI_ACTIVITY_KIND_RUNTIME and _DRIVER
+// were enabled: enabling a kind resets these settings). CUPTI before 12.x has no per-call switch
+// and records every call; so does KFORGE_PROFILE_ALL_APIS=1.
+void skip_query_apis() {
+  if (const char* all = std::getenv("KFORGE_PROFILE_ALL_APIS"); all && *all && *all != '0') return;
+  using EnableFn = CUptiResult (*)(CUpti_CallbackId, uint8_t);
+  void* cupti = dlopen(cupti_library_file().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (!cupti) return;
+  struct Domain {
+    CUpti_CallbackDomain domain;
+    const char* switch_name;
+    CUpti_CallbackId size;
+  };
+  for (const Domain& d : {Domain{CUPTI_CB_DOMAIN_RUNTIME_API, "cuptiActivityEnableRuntimeApi",
+                                 CUPTI_RUNTIME_TRACE_CBID_SIZE},
+                          Domain{CUPTI_CB_DOMAIN_DRIVER_API, "cuptiActivityEnableDriverApi",
+                                 CUPTI_DRIVER_TRACE_CBID_SIZE}}) {
+    const auto enable = reinterpret_cast<EnableFn>(dlsym(cupti, d.switch_name));
+    if (!enable) continue;
+    for (CUpti_CallbackId cbid = 1; cbid < d.size; ++cbid) {
+      const char* name = nullptr;
+      if (cuptiGetCallbackName(d.domain, cbid, &name) == CUPTI_SUCCESS && name &&
+          is_query_api(name))
+        KF_CUPTI_CHECK(enable(cbid, 0));
+    }
+  }
+}
+
 bool initialize() {
   State& s = state();
   s.pid = ::getpid();
@@ -315,6 +380,7 @@ bool initialize() {
   KF_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
   KF_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
   KF_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
+  skip_query_apis();
   KF_CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER));
   check_nvtx_injection();
   install_signal_handlers();
