@@ -78,8 +78,8 @@ void print_plan(const Plan& plan, size_t top) {
                                         : "not measured",
              plan.options.ceilings_source);
   if (plan.raised_matmul_tflops) {
-    fmt::print("matmul ceiling raised to {:.0f} TFLOP/s: a kernel of this profile reached it\n",
-               *plan.raised_matmul_tflops);
+    fmt::print("matmul ceiling raised to {:.0f} TFLOP/s: the {} of this profile reached it\n",
+               *plan.raised_matmul_tflops, plan.raised_by);
   }
 
   const size_t shown = std::min(top, plan.groups.size());

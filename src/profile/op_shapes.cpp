@@ -192,11 +192,23 @@ class Mapper {
         return mnk(leading(x), 1, k);
       }
       if (y[y.size() - 2] != k) return fail("matmul inner dims differ");
-      if (y.size() > 2) {
-        note(fmt::format("batch {} folded into M (a batched matmul costed as one)",
-                         product(y, 0, y.size() - 2)));
+      // The batch dims (all but the last two) broadcast against each other, as torch.matmul
+      // does: [M, K] @ [B, K, N] is B products.
+      const Dims xb(x.begin(), x.end() - std::min<std::ptrdiff_t>(2, std::ssize(x)));
+      const Dims yb(y.begin(), y.end() - 2);
+      int64_t batch = 1;
+      for (size_t i = 0; i < std::max(xb.size(), yb.size()); ++i) {
+        const int64_t a = i < xb.size() ? xb[xb.size() - 1 - i] : 1;
+        const int64_t b = i < yb.size() ? yb[yb.size() - 1 - i] : 1;
+        if (a != b && a != 1 && b != 1)
+          return fail(fmt::format("matmul batch dims {} and {} do not broadcast", dims_text(xb),
+                                  dims_text(yb)));
+        batch *= std::max(a, b);
       }
-      return mnk(x.size() == 1 ? 1 : leading(x), y.back(), k);
+      if (!yb.empty())
+        note(fmt::format("batch {} folded into M (a batched matmul costed as one)", batch));
+      const int64_t rows = x.size() == 1 ? 1 : x[x.size() - 2];
+      return mnk(batch * rows, y.back(), k);
     }
     return fail(fmt::format("no matmul shape rule for '{}'", context_.name));
   }

@@ -92,8 +92,10 @@ std::vector<Call> split_into_calls(const Profile& profile, const std::vector<Ker
     const KernelRecord& kernel = profile.kernels[k];
     std::string key =
         fmt::format("{}\x1e{}\x1e{}\x1e{}", kernel.pid, kernel.stream, f.what.op, f.what.rule);
+    // One parsed entry per distinct text, dims, types and values (context_key): trace entries
+    // "aten::mm" of different shapes differ here although their texts do not.
     for (int i = 0; i <= f.what.context_index; ++i)
-      key += '\x1e' + f.context[static_cast<size_t>(i)]->text;
+      key += fmt::format("\x1e{}", static_cast<const void*>(f.context[static_cast<size_t>(i)]));
     if (key != run_key) flush();
     run_key = std::move(key);
     run.push_back(k);
@@ -199,9 +201,14 @@ void resolve_dtypes_from_ranges(std::vector<PendingCall>& pending,
     for (size_t i = first.context.size(); i-- > 0;) {
       const auto found = time_by_dtype.find(first.context[i]);
       if (found == time_by_dtype.end()) continue;
+      // A 16-bit type with any time wins, as it does in kernel names: under autocast the
+      // float kernels (norms, reductions) can take more time than the bf16 ones around a GEMM.
+      const auto rank = [](const std::pair<const DType, int64_t>& d) {
+        return std::pair(d.first == DType::bf16 || d.first == DType::f16, d.second);
+      };
       const auto most =
           std::max_element(found->second.begin(), found->second.end(),
-                           [](const auto& a, const auto& b) { return a.second < b.second; });
+                           [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
       pc.dtype = most->first;
       pc.dtype_source = "enclosing range";
       pc.dtype_note =
@@ -350,22 +357,32 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
     }
   }
 
-  // The compute ceiling: the measured one, unless a compute-bound group of this run was faster.
-  // The measurement (cuBLAS at one shape on random data) can run below what the same GPU
-  // reaches at other shapes; a kernel that reached more proves the hardware can.
+  // The compute ceiling: the measured one, unless a GEMM of this run was faster. The measurement
+  // (cuBLAS at one shape on random data) can run below what the same GPU reaches at other
+  // shapes; a kernel that reached more proves the hardware can. Only matmul and fused_mlp groups
+  // count: their FLOPs follow from the shape alone (an attention's depend on an assumed causal
+  // flag), and only in 16-bit types, which the ceiling is measured in.
   std::optional<double> matmul_tflops = options.matmul_tflops;
+  std::string ceiling_group;  // the key of the group that raised it
   if (matmul_tflops) {
     for (const auto& [key, g] : groups) {
       if (!g.sizes || g.calls == 0 || g.time_ns <= 0) continue;
+      if ((g.op != "matmul" && g.op != "fused_mlp") || *g.dtype == DType::f32) continue;
       const Cost cost = find_op(g.op)->cost(*g.sizes, *g.dtype);
       const bool compute_bound =
           cost.flops / (*options.matmul_tflops * 1e12) > cost.bytes / (options.copy_gbps * 1e9);
       const double achieved = cost.flops * static_cast<double>(g.calls) /
                               static_cast<double>(g.time_ns) * 1e-3;  // FLOP/ns -> TFLOP/s
-      if (compute_bound && *g.dtype != DType::f32 && achieved > *matmul_tflops)
+      if (compute_bound && achieved > *matmul_tflops) {
         matmul_tflops = achieved;
+        ceiling_group = key;
+      }
     }
-    if (*matmul_tflops > *options.matmul_tflops) plan.raised_matmul_tflops = matmul_tflops;
+    if (!ceiling_group.empty()) {
+      plan.raised_matmul_tflops = matmul_tflops;
+      const PlanGroup& g = groups.at(ceiling_group);
+      plan.raised_by = fmt::format("{} {} {}", g.op, g.shape, dtype_name(*g.dtype));
+    }
   }
 
   // The roofline and Amdahl's law per group.
@@ -398,16 +415,21 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
                              roofline_ns * 1e-3, best_ns * 1e-3));
     }
     g.best_ns_per_call = best_ns;
-    g.s_max = g.ns_per_call() / best_ns;
+    // The group that set the ceiling runs at it by definition (not by rounding).
+    g.s_max = key == ceiling_group ? 1.0 : g.ns_per_call() / best_ns;
     // A group already faster than its roofline has nothing to gain.
     const double s = std::max(1.0, *g.s_max);
     g.gain = 1 / ((1 - g.share) + g.share / s);
     if (*g.s_max < 1 && g.bound == "memory") {
       add_unique(g.notes, "faster than the DRAM roofline (inputs likely held in L2): no gain");
     }
-    if (*g.s_max < 1 && g.bound == "compute") {
-      add_unique(g.notes,
-                 fmt::format("at the matmul ceiling ({:.0f} TFLOP/s): no gain", *matmul_tflops));
+    if (key == ceiling_group) {
+      add_unique(g.notes, fmt::format("the fastest GEMM of the profile: it sets the matmul "
+                                      "ceiling ({:.0f} TFLOP/s), no gain",
+                                      *matmul_tflops));
+    } else if (*g.s_max < 1 && g.bound == "compute") {
+      add_unique(g.notes, fmt::format("faster than the matmul ceiling ({:.0f} TFLOP/s): no gain",
+                                      *matmul_tflops));
     }
     if (g.bound == "compute" && *g.dtype == DType::f32) {
       add_unique(g.notes, "compute bound from the bf16 matmul ceiling: f32 cannot reach it");
@@ -493,6 +515,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
           {"transfer_time_ns", plan.transfer_time_ns},
           {"shortest_kernel_ns", plan.shortest_kernel_ns},
           {"raised_matmul_tflops", optional(plan.raised_matmul_tflops)},
+          {"raised_by", plan.raised_by.empty() ? json(nullptr) : json(plan.raised_by)},
           {"all_fixed_gain", plan.all_fixed_gain},
           {"groups", groups}};
 }

@@ -6,7 +6,7 @@
 // all kernel time:
 //   best time per call  t* = max(bytes / copy ceiling, FLOPs / matmul ceiling,   (measured)
 //                                the shortest kernel of the profile)
-// where the matmul ceiling is raised to the best throughput a compute-bound group reached.
+// where the matmul ceiling is raised to the best throughput a 16-bit GEMM group reached.
 //   s_max               = (time per call) / t*          the most a kernel can gain on this GPU
 //   gain                = 1 / ((1 - f) + f / s_max)     the whole run's speedup if only this
 //                                                       group ran at its roofline
@@ -96,9 +96,10 @@ struct Plan {
   int64_t busy_time_ns = 0;        // union of kernel and transfer intervals
   int64_t transfer_time_ns = 0;    // sum of copy and memset durations (not in any group)
   int64_t shortest_kernel_ns = 0;  // the floor under every group's best time per call
-  // Set when a compute-bound group ran faster than the measured matmul ceiling: its throughput,
-  // used as the ceiling instead.
+  // Set when a 16-bit matmul or fused_mlp group ran faster than the measured matmul ceiling:
+  // its throughput, used as the ceiling instead, and that group ("matmul 2048x16384x1024 bf16").
   std::optional<double> raised_matmul_tflops;
+  std::string raised_by;
   std::vector<PlanGroup> groups;  // ranked
   // Gain if every group with a roofline ran at it.
   double all_fixed_gain = 1;

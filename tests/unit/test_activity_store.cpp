@@ -1,5 +1,9 @@
 // The injection library's record store writes raw files that kforge reads back, whatever texts a
 // program puts in its NVTX ranges or CUPTI puts in its errors.
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "profile/cupti_import.h"
@@ -41,6 +45,35 @@ TEST(ActivityStoreTest, RawFilesParseWhateverTheTexts) {
   EXPECT_EQ(p.devices[0].sm_count, 132);
   EXPECT_EQ(p.dropped_records, 3);
   EXPECT_EQ(p.metadata["cupti"]["processes"][0]["written_at"], "signal 15");
+}
+
+TEST(ActivityStoreTest, CountsEveryApiCallAndKeepsOnlyLaunchingOnes) {
+  // Three runtime calls as CUPTI lays them out in a buffer; none launched GPU work.
+  std::vector<CUpti_ActivityAPI> calls(3);
+  const uint32_t cbids[] = {211, 3, 211};  // two launches, one cudaGetDevice
+  for (size_t i = 0; i < calls.size(); ++i) {
+    calls[i] = {};
+    calls[i].kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+    calls[i].cbid = cbids[i];
+    calls[i].correlationId = static_cast<uint32_t>(10 + i);
+    calls[i].start = 100 * i;
+    calls[i].end = 100 * i + 50;
+  }
+  inject::ActivityStore store;
+  store.add_buffer(reinterpret_cast<const uint8_t*>(calls.data()),
+                   calls.size() * sizeof(CUpti_ActivityAPI));
+  const json raw = json::parse(store.to_json(1, "exit", [](bool runtime, uint32_t cbid) {
+    return std::string(runtime ? "runtime " : "driver ") + std::to_string(cbid);
+  }));
+  EXPECT_TRUE(raw["errors"].empty()) << raw["errors"];
+  EXPECT_TRUE(raw["api_calls"].empty());  // no kernel or transfer carries their ids
+  ASSERT_EQ(raw["api_counts"].size(), 2u);
+  EXPECT_EQ(raw["api_counts"][0]["cbid"], 211);
+  EXPECT_EQ(raw["api_counts"][0]["calls"], 2);
+  EXPECT_EQ(raw["api_counts"][0]["name"], "runtime 211");
+  EXPECT_EQ(raw["api_counts"][1]["calls"], 1);
+  const Profile p = assemble_profile({raw}, {});
+  EXPECT_EQ(p.metadata["cupti"]["api_calls_recorded"], 3);
 }
 
 }  // namespace

@@ -231,7 +231,11 @@ TEST(ClassifyContext, InnermostOpDecidesWhateverTheKernel) {
       context({"aten::matmul, op_id = 40, sizes = [[8, 12, 256, 64], [8, 12, 64, 256]]",
                "aten::bmm, op_id = 44, sizes = [[96, 256, 64], [96, 64, 256]]"});
   EXPECT_EQ(classifier.classify(kGemm, bmm).context_index, 0);
-  EXPECT_EQ(classifier.classify(kElementwise, std::span(bmm).first(1)).context_index, 0);
+  const auto copy =
+      context({"aten::matmul, op_id = 40, sizes = [[8, 12, 256, 64], [8, 12, 64, 256]]",
+               "aten::reshape, op_id = 41", "aten::clone, op_id = 42", "aten::copy_, op_id = 43"});
+  EXPECT_EQ(classifier.classify(kElementwise, copy).context_index, 0);
+  EXPECT_EQ(classifier.classify(kElementwise, copy).op, "matmul");
 
   // An op without a rule leaves the decision to the kernel name.
   c = classifier.classify(kElementwise, context({"module::Attention",

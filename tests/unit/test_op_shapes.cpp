@@ -92,7 +92,16 @@ TEST(MapProblem, Matmuls) {
   EXPECT_EQ(shape_of("matmul", text("aten::matmul, sizes = [[4, 12, 128, 64], [4, 12, 64, "
                                     "128]]")),
             "6144x128x64");
+  // Batch dims broadcast: [128, 64] @ [4, 12, 64, 128] is 48 products of 128 x 64 @ 64 x 128.
+  EXPECT_EQ(shape_of("matmul", text("aten::matmul, sizes = [[128, 64], [4, 12, 64, 128]]")),
+            "6144x128x64");
+  EXPECT_EQ(shape_of("matmul", text("aten::matmul, sizes = [[1, 12, 128, 64], [4, 1, 64, 128]]")),
+            "6144x128x64");
   std::string why;
+  EXPECT_EQ(shape_of("matmul", text("aten::matmul, sizes = [[3, 128, 64], [4, 64, 128]]"), {},
+                     nullptr, &why),
+            "");
+  EXPECT_NE(why.find("do not broadcast"), std::string::npos) << why;
   EXPECT_EQ(shape_of("matmul", text("aten::mm, sizes = [[8, 512], [256, 512]]"), {}, nullptr, &why),
             "");
   EXPECT_NE(why.find("not [M, K] and [K, N]"), std::string::npos) << why;

@@ -279,6 +279,92 @@ TEST(Planner, FasterThanTheRooflineGainsNothing) {
   EXPECT_THROW(make_plan(profile, PlanOptions{}), Error);  // no ceilings
 }
 
+// A kernel of `ns` nanoseconds from `start`, launched under `context` (outermost first).
+KernelRecord kernel_at(const std::string& name, int64_t start, int64_t ns,
+                       std::vector<OpContext> context) {
+  KernelRecord k;
+  k.name = k.demangled = name;
+  k.start_ns = start;
+  k.end_ns = start + ns;
+  k.context = std::move(context);
+  return k;
+}
+
+const std::vector<std::string> kBf16 = {"c10::BFloat16", "c10::BFloat16"};
+
+// Ceilings copy 3000 GB/s, matmul 600 TFLOP/s. A bf16 4096^3 GEMM in 190 us runs at
+// 2 * 4096^3 / 190e-6 = 723.4 TFLOP/s: the ceiling becomes that. Faster f32 GEMMs and an
+// attention whose causal flag is unknown (so its FLOPs are a guess) do not raise it.
+TEST(Planner, TheFastestGemmRaisesTheMatmulCeiling) {
+  Profile profile;
+  profile.devices = {{0, "NVIDIA H100 80GB HBM3", 9, 0, 132}};
+  const std::string gemm = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_TNT";
+  profile.kernels = {
+      kernel_at(gemm, 0, 190000, {{"aten::mm", {{4096, 4096}, {4096, 4096}}, kBf16}}),
+      kernel_at(gemm, 200000, 60000, {{"aten::mm", {{2048, 2048}, {2048, 2048}}, kBf16}}),
+      kernel_at("ampere_sgemm_128x64_tn", 300000, 100000,
+                {{"aten::mm", {{4096, 4096}, {4096, 4096}}, {"float", "float"}}}),
+      kernel_at("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7", 500000,
+                1000000,
+                {{"aten::scaled_dot_product_attention",
+                  {{8, 16, 4096, 128}, {8, 16, 4096, 128}, {8, 16, 4096, 128}},
+                  {"c10::BFloat16", "c10::BFloat16", "c10::BFloat16"}}}),
+      kernel_at("void at::native::vectorized_elementwise_kernel<4>()", 1600000, 0, {}),
+      kernel_at("void at::native::vectorized_elementwise_kernel<4>()", 1700000, 2500, {})};
+  const Plan plan = make_plan(profile, h100());
+  const double fast_tflops = 2.0 * 4096 * 4096 * 4096 / 190000 * 1e-3;
+  ASSERT_TRUE(plan.raised_matmul_tflops);
+  EXPECT_DOUBLE_EQ(*plan.raised_matmul_tflops, fast_tflops);
+  EXPECT_EQ(plan.raised_by, "matmul 4096x4096x4096 bf16");
+
+  const PlanGroup& fast = row(plan, "matmul", "4096x4096x4096");
+  EXPECT_EQ(*fast.s_max, 1.0);
+  ASSERT_FALSE(fast.notes.empty());
+  EXPECT_NE(fast.notes.back().find("sets the matmul ceiling"), std::string::npos);
+  const PlanGroup& slow = row(plan, "matmul", "2048x2048x2048");
+  EXPECT_NEAR(*slow.s_max, 60000 / (2.0 * 2048 * 2048 * 2048 / fast_tflops * 1e-3), 1e-9);
+  // The f32 GEMM (1374 TFLOP/s on paper) is above the ceiling and says so.
+  for (const auto& g : plan.groups) {
+    if (g.op == "matmul" && g.dtype == DType::f32) EXPECT_LT(*g.s_max, 1.0);
+  }
+  // Non-causal as assumed: 4 * 8 * 16 * 4096^2 * 128 FLOPs in 1 ms = 1100 TFLOP/s, no raise.
+  const PlanGroup& attention =
+      row(plan, "flash_attention", "8x16x4096x128,causal=0,scale_permille=0");
+  EXPECT_EQ(attention.dtype, DType::bf16);
+  // The zero-length kernel is no floor; the 2.5 us one is the shortest.
+  EXPECT_EQ(plan.shortest_kernel_ns, 2500);
+}
+
+// NVTX ranges record no dtypes and nvjet names none: a GEMM takes the dtype of the kernels in
+// the range around it, 16-bit first even where float kernels took more time (autocast).
+TEST(Planner, DtypeFromTheRangeAroundTheCall) {
+  Profile profile;
+  profile.devices = {{0, "NVIDIA H100 80GB HBM3", 9, 0, 132}};
+  const OpContext block{"module::Block", {}, {}};
+  profile.kernels = {
+      kernel_at("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+                "at::native::MeanOps<float, float>, unsigned int, float, 4> >()",
+                0, 50000, {block, {"aten::mean, op_id = 2, sizes = [[512, 1024]]", {}, {}}}),
+      kernel_at("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<"
+                "c10::BFloat16, c10::BFloat16, c10::BFloat16> >()",
+                60000, 1000, {block, {"aten::add, op_id = 3, sizes = [[512, 1024]]", {}, {}}}),
+      kernel_at("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", 70000, 10000,
+                {block, {"aten::mm, op_id = 4, sizes = [[512, 1024], [1024, 1024]]", {}, {}}}),
+      kernel_at("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT", 90000, 10000,
+                {{"aten::mm, op_id = 5, sizes = [[512, 1024], [1024, 2048]]", {}, {}}})};
+  PlanOptions options = h100();
+  options.default_dtype = DType::f16;
+  const Plan plan = make_plan(profile, options);
+  const PlanGroup& inside = row(plan, "matmul", "512x1024x1024");
+  EXPECT_EQ(inside.dtype, DType::bf16);
+  EXPECT_EQ(inside.dtype_source, "enclosing range");
+  EXPECT_EQ(inside.notes,
+            (std::vector<std::string>{"dtype from the other kernels in range module::Block"}));
+  const PlanGroup& outside = row(plan, "matmul", "512x2048x1024");  // no range around it
+  EXPECT_EQ(outside.dtype, DType::f16);
+  EXPECT_EQ(outside.dtype_source, "default");
+}
+
 TEST(Planner, JsonAndTaskFiles) {
   const Profile profile = load("llama_block_nvtx.json");
   const Plan plan = make_plan(profile, h100());

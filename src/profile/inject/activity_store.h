@@ -54,7 +54,7 @@ class ActivityStore {
   using ApiNamer = std::string (*)(bool runtime, uint32_t cbid);
   // The raw file's text. `written_at` says which exit path wrote it ("exit", "signal 15", ...).
   // Launch calls whose correlation id matches no kernel or transfer are left out; every call
-  // is counted by its API (named by `namer` when given).
+  // CUPTI recorded is counted by its API (named by `namer` when given).
   std::string to_json(pid_t pid, const std::string& written_at, ApiNamer namer = nullptr);
   bool held_by_this_thread() const { return mutex_.held_by_this_thread(); }
 

@@ -105,7 +105,6 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream, uint8_t* b
   std::free(buffer);
 }
 
-// Writes the raw file atomically: a reader never sees half of it.
 // CUPTI's name of an API call ("cudaLaunchKernel_v7000"), for the raw file's call counts.
 std::string api_name(bool runtime, uint32_t cbid) {
   const char* name = nullptr;
@@ -115,6 +114,7 @@ std::string api_name(bool runtime, uint32_t cbid) {
   return name;
 }
 
+// Writes the raw file atomically: a reader never sees half of it.
 void write_raw_file(const std::string& text) {
   const State& s = state();
   const std::string path = s.directory + "/raw-" + std::to_string(s.pid) + ".json";
@@ -343,11 +343,13 @@ void skip_query_apis() {
     if (!enable) continue;
     for (CUpti_CallbackId cbid = 1; cbid < d.size; ++cbid) {
       const char* name = nullptr;
-      if (cuptiGetCallbackName(d.domain, cbid, &name) == CUPTI_SUCCESS && name &&
-          is_query_api(name))
-        KF_CUPTI_CHECK(enable(cbid, 0));
+      if (cuptiGetCallbackName(d.domain, cbid, &name) != CUPTI_SUCCESS || !name ||
+          !is_query_api(name))
+        continue;
+      if (!KF_CUPTI_CHECK(enable(cbid, 0))) break;  // refused once, refused for all: say it once
     }
   }
+  dlclose(cupti);  // drops the reference RTLD_NOLOAD took; the library stays loaded
 }
 
 bool initialize() {
