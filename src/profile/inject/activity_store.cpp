@@ -85,6 +85,49 @@ void append_triple(std::string& out, const T (&values)[3]) {
   out += ']';
 }
 
+// One JSON object's fields, written in order with the commas between them; the braces come
+// from construction and destruction.
+class ObjectWriter {
+ public:
+  explicit ObjectWriter(std::string& out) : out_(out) { out_ += '{'; }
+  ~ObjectWriter() { out_ += '}'; }
+  ObjectWriter(const ObjectWriter&) = delete;
+  ObjectWriter& operator=(const ObjectWriter&) = delete;
+
+  ObjectWriter& uint(const char* key, uint64_t value) {
+    append_uint(next(key), value);
+    return *this;
+  }
+  ObjectWriter& integer(const char* key, int64_t value) {
+    append_int(next(key), value);
+    return *this;
+  }
+  ObjectWriter& string(const char* key, std::string_view value) {
+    append_string(next(key), value);
+    return *this;
+  }
+  template <typename T>
+  ObjectWriter& triple(const char* key, const T (&values)[3]) {
+    append_triple(next(key), values);
+    return *this;
+  }
+  // A field whose value is already JSON text.
+  ObjectWriter& raw(const char* key, std::string_view json) {
+    next(key) += json;
+    return *this;
+  }
+
+ private:
+  std::string& next(const char* key) {
+    if (any_) out_ += ',';
+    any_ = true;
+    append_key(out_, key);
+    return out_;
+  }
+  std::string& out_;
+  bool any_ = false;
+};
+
 const char* memcpy_kind_name(uint8_t kind) {
   switch (kind) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
@@ -294,18 +337,13 @@ std::string ActivityStore::to_json(pid_t pid, const std::string& written_at, Api
   out += '[';
   for (size_t i = 0; i < devices_.size(); ++i) {
     const DeviceRow& d = devices_[i];
-    out += i ? ",\n{" : "\n{";
-    append_key(out, "id");
-    append_uint(out, d.id);
-    out += ',';
-    append_key(out, "name");
-    append_string(out, d.name);
-    out += ',';
-    append_key(out, "compute_capability");
-    out += '[' + std::to_string(d.compute_major) + ',' + std::to_string(d.compute_minor) + "],";
-    append_key(out, "sm_count");
-    append_int(out, d.sm_count);
-    out += '}';
+    out += i ? ",\n" : "\n";
+    ObjectWriter(out)
+        .uint("id", d.id)
+        .string("name", d.name)
+        .raw("compute_capability",
+             '[' + std::to_string(d.compute_major) + ',' + std::to_string(d.compute_minor) + ']')
+        .integer("sm_count", d.sm_count);
   }
   out += "],\n";
 
@@ -323,43 +361,20 @@ std::string ActivityStore::to_json(pid_t pid, const std::string& written_at, Api
   for (size_t i = 0; i < kernels_.size(); ++i) {
     const KernelRow& k = kernels_[i];
     launched.insert(k.correlation);
-    out += i ? ",\n{" : "\n{";
-    append_key(out, "name");
-    append_uint(out, k.name);
-    out += ',';
-    append_key(out, "grid");
-    append_triple(out, k.grid);
-    out += ',';
-    append_key(out, "block");
-    append_triple(out, k.block);
-    out += ',';
-    append_key(out, "cluster");
-    append_triple(out, k.cluster);
-    out += ',';
-    append_key(out, "registers");
-    append_uint(out, k.registers);
-    out += ',';
-    append_key(out, "static_smem");
-    append_int(out, k.static_smem);
-    out += ',';
-    append_key(out, "dynamic_smem");
-    append_int(out, k.dynamic_smem);
-    out += ',';
-    append_key(out, "start");
-    append_uint(out, k.start);
-    out += ',';
-    append_key(out, "end");
-    append_uint(out, k.end);
-    out += ',';
-    append_key(out, "device");
-    append_uint(out, k.device);
-    out += ',';
-    append_key(out, "stream");
-    append_uint(out, k.stream);
-    out += ',';
-    append_key(out, "correlation");
-    append_uint(out, k.correlation);
-    out += '}';
+    out += i ? ",\n" : "\n";
+    ObjectWriter(out)
+        .uint("name", k.name)
+        .triple("grid", k.grid)
+        .triple("block", k.block)
+        .triple("cluster", k.cluster)
+        .uint("registers", k.registers)
+        .integer("static_smem", k.static_smem)
+        .integer("dynamic_smem", k.dynamic_smem)
+        .uint("start", k.start)
+        .uint("end", k.end)
+        .uint("device", k.device)
+        .uint("stream", k.stream)
+        .uint("correlation", k.correlation);
   }
   out += "],\n";
 
@@ -368,28 +383,15 @@ std::string ActivityStore::to_json(pid_t pid, const std::string& written_at, Api
   for (size_t i = 0; i < transfers_.size(); ++i) {
     const TransferRow& t = transfers_[i];
     launched.insert(t.correlation);
-    out += i ? ",\n{" : "\n{";
-    append_key(out, "kind");
-    append_string(out, t.kind);
-    out += ',';
-    append_key(out, "bytes");
-    append_uint(out, t.bytes);
-    out += ',';
-    append_key(out, "start");
-    append_uint(out, t.start);
-    out += ',';
-    append_key(out, "end");
-    append_uint(out, t.end);
-    out += ',';
-    append_key(out, "device");
-    append_uint(out, t.device);
-    out += ',';
-    append_key(out, "stream");
-    append_uint(out, t.stream);
-    out += ',';
-    append_key(out, "correlation");
-    append_uint(out, t.correlation);
-    out += '}';
+    out += i ? ",\n" : "\n";
+    ObjectWriter(out)
+        .string("kind", t.kind)
+        .uint("bytes", t.bytes)
+        .uint("start", t.start)
+        .uint("end", t.end)
+        .uint("device", t.device)
+        .uint("stream", t.stream)
+        .uint("correlation", t.correlation);
   }
   out += "],\n";
 
@@ -399,25 +401,15 @@ std::string ActivityStore::to_json(pid_t pid, const std::string& written_at, Api
   bool first = true;
   for (const ApiRow& a : api_calls_) {
     if (!launched.count(a.correlation)) continue;
-    out += first ? "\n{" : ",\n{";
+    out += first ? "\n" : ",\n";
     first = false;
-    append_key(out, "api");
-    out += a.runtime ? "\"runtime\"," : "\"driver\",";
-    append_key(out, "cbid");
-    append_uint(out, a.cbid);
-    out += ',';
-    append_key(out, "correlation");
-    append_uint(out, a.correlation);
-    out += ',';
-    append_key(out, "thread");
-    append_uint(out, a.thread);
-    out += ',';
-    append_key(out, "start");
-    append_uint(out, a.start);
-    out += ',';
-    append_key(out, "end");
-    append_uint(out, a.end);
-    out += '}';
+    ObjectWriter(out)
+        .string("api", a.runtime ? "runtime" : "driver")
+        .uint("cbid", a.cbid)
+        .uint("correlation", a.correlation)
+        .uint("thread", a.thread)
+        .uint("start", a.start)
+        .uint("end", a.end);
   }
   out += "],\n";
 
@@ -430,20 +422,11 @@ std::string ActivityStore::to_json(pid_t pid, const std::string& written_at, Api
   for (size_t i = 0; i < counts.size(); ++i) {
     const bool runtime = (counts[i].first >> 32) == 0;
     const auto cbid = static_cast<uint32_t>(counts[i].first);
-    out += i ? ",\n{" : "\n{";
-    append_key(out, "api");
-    out += runtime ? "\"runtime\"," : "\"driver\",";
-    append_key(out, "cbid");
-    append_uint(out, cbid);
-    out += ',';
-    if (namer) {
-      append_key(out, "name");
-      append_string(out, namer(runtime, cbid));
-      out += ',';
-    }
-    append_key(out, "calls");
-    append_uint(out, counts[i].second);
-    out += '}';
+    out += i ? ",\n" : "\n";
+    ObjectWriter row(out);
+    row.string("api", runtime ? "runtime" : "driver").uint("cbid", cbid);
+    if (namer) row.string("name", namer(runtime, cbid));
+    row.uint("calls", counts[i].second);
   }
   out += "],\n";
 
@@ -451,29 +434,11 @@ std::string ActivityStore::to_json(pid_t pid, const std::string& written_at, Api
   out += '[';
   for (size_t i = 0; i < markers_.size(); ++i) {
     const MarkerRow& m = markers_[i];
-    out += i ? ",\n{" : "\n{";
-    append_key(out, "id");
-    append_uint(out, m.id);
-    out += ',';
-    append_key(out, "kind");
-    append_string(out, m.kind);
-    out += ',';
-    append_key(out, "time");
-    append_uint(out, m.time);
-    out += ',';
-    append_key(out, "thread");
-    append_uint(out, m.thread);
-    if (!m.name.empty()) {
-      out += ',';
-      append_key(out, "name");
-      append_string(out, m.name);
-    }
-    if (!m.domain.empty()) {
-      out += ',';
-      append_key(out, "domain");
-      append_string(out, m.domain);
-    }
-    out += '}';
+    out += i ? ",\n" : "\n";
+    ObjectWriter row(out);
+    row.uint("id", m.id).string("kind", m.kind).uint("time", m.time).uint("thread", m.thread);
+    if (!m.name.empty()) row.string("name", m.name);
+    if (!m.domain.empty()) row.string("domain", m.domain);
   }
   out += "]}\n";
   return out;
