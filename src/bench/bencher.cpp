@@ -9,27 +9,22 @@ namespace kforge {
 
 namespace {
 
-// Sends a bench request (a module) or a baseline request (a library call) over fresh inputs.
-WorkerReply time_request(WorkerClient& worker, const OpSpec& op, const BenchOptions& options,
-                         uint64_t seed, const char* kind, const std::filesystem::path* module,
-                         std::chrono::milliseconds timeout) {
-  CaseTensors tensors(op, options.sizes, options.dtype);
-  tensors.generate_inputs(InputKind::normal, seed);
-  return time_on_tensors(worker, op, options.sizes, tensors, kind,
-                         module ? *module : std::filesystem::path(), options.settings, timeout);
-}
-
-std::optional<BaselineResult> time_baseline(Checker& checker, WorkerClient& worker,
-                                            const KernelFile& file, const OpSpec& op,
-                                            const BenchOptions& options,
-                                            const BenchResult& candidate,
-                                            std::chrono::milliseconds timeout) {
+// The baseline is kforge's own code (a cuBLAS call, or the op's starter kernel), timed by the
+// same path in a worker that never ran the candidate: nothing the candidate left behind can
+// slow it down.
+std::optional<BaselineResult> time_baseline(Checker& checker, const KernelFile& file,
+                                            const OpSpec& op, const BenchOptions& options,
+                                            const BenchResult& candidate) {
   BaselineResult b;
-  const bool cuda = worker.device().backend == "cuda";
-  WorkerReply reply;
+  WorkerClient& clean = checker.clean_worker();
+  const bool cuda = clean.device().backend == "cuda";
+  MeasureOptions measure_options;
+  measure_options.settings = options.settings;
+  measure_options.verify = false;
+  measure_options.timeout = options.timeout;
+  TimedTarget target;
   if (cuda && has_library_baseline(op.name())) {
-    reply = time_request(worker, op, options, candidate.seed, "baseline", nullptr, timeout);
-    if (reply.ok()) b.what = reply.body.value("baseline", "library");
+    target.library = true;
   } else {
     // No vendor library implements the op: the library's own starter is the baseline.
     const auto path = library_kernels_dir() / starter_kernel(op.name(), cuda);
@@ -48,34 +43,23 @@ std::optional<BaselineResult> time_baseline(Checker& checker, WorkerClient& work
       b.detail = fmt::format("{}: {}", verdict_name(verdict), build.log);
       return b;
     }
-    reply = time_request(worker, op, options, candidate.seed, "bench", &build.module, timeout);
+    target.module = build.module;
   }
-  if (!reply.ok()) {
-    b.detail = fmt::format("{}: {}", verdict_name(reply.verdict), reply.detail);
+  const Measurement m = measure(checker, clean, op, options.sizes, options.dtype, target, nullptr,
+                                measure_options);
+  if (target.library) b.what = m.library.empty() ? "library" : m.library;
+  if (!m.timed()) {
+    b.detail = fmt::format("{}: {}", verdict_name(m.verdict), m.detail);
     return b;
   }
   b.ok = true;
-  b.stats = summarize(reply.body.at("samples_ms").get<std::vector<double>>());
+  b.stats = m.stats;
   b.speedup = candidate.stats.median > 0 ? b.stats.median / candidate.stats.median : 0;
   b.comparison = compare_timings(b.stats, candidate.stats);
   return b;
 }
 
 }  // namespace
-
-WorkerReply time_on_tensors(WorkerClient& worker, const OpSpec& op, const Sizes& sizes,
-                            CaseTensors& tensors, const char* kind,
-                            const std::filesystem::path& module, const BenchSettings& settings,
-                            std::chrono::milliseconds timeout) {
-  tensors.poison_outputs();
-  nlohmann::json request = tensors.request(kind, module, op.scalar_values(sizes));
-  request["settings"] = settings;
-  request["op_name"] = op.name();
-  request["sizes"] = sizes;
-  const auto limit = timeout + std::chrono::milliseconds(static_cast<long long>(
-                                   1000 * (settings.max_seconds + settings.warmup_seconds) * 2));
-  return worker.request(request, limit);
-}
 
 BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFile& file,
                          const OpSpec& op, const BenchOptions& options, const Ceilings& ceilings) {
@@ -104,21 +88,27 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
   if (gate.verdict != Verdict::ok) {
     r.verdict = gate.verdict;
     r.detail = "correctness at the benchmarked problem: " + gate.detail;
+    r.measurement.output = gate.output;
     return r;
   }
 
-  const WorkerReply reply =
-      time_request(worker, op, options, r.seed, "bench", &r.build.module, timeout);
-  if (!reply.ok()) {
-    r.verdict = reply.verdict;
-    r.detail = "during timing: " + reply.detail;
+  MeasureOptions measure_options;
+  measure_options.settings = options.settings;
+  measure_options.timeout = timeout;
+  r.measurement = measure(checker, worker, op, options.sizes, options.dtype,
+                          TimedTarget{r.build.module}, &ceilings, measure_options);
+  r.measurement.output = gate.output + r.measurement.output;
+  const Measurement& m = r.measurement;
+  if (!m.timed()) {
+    r.verdict = m.verdict == Verdict::ok ? Verdict::invalid : m.verdict;
+    r.detail = m.verdict == Verdict::ok ? "no sample was kept: " + m.stop_reason : m.detail;
     return r;
   }
-  r.stats = summarize(reply.body.at("samples_ms").get<std::vector<double>>());
-  r.throttled_samples = reply.body.at("throttled_samples");
-  r.clock_monitored = reply.body.at("clock_monitored");
-  r.sm_clock_mhz = reply.body.value("sm_clock_mhz_median", 0);
-  r.stop_reason = reply.body.at("stop_reason");
+  r.stats = m.stats;
+  r.throttled_samples = m.throttled_samples;
+  r.clock_monitored = m.clock_monitored;
+  r.sm_clock_mhz = m.sm_clock_mhz;
+  r.stop_reason = m.stop_reason;
   r.cost = op.cost(options.sizes, options.dtype);
   if (r.stats.median > 0) {
     const double seconds = r.stats.median * 1e-3;
@@ -127,7 +117,9 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
     if (ceilings.copy_gbps > 0) r.pct_of_copy = 100.0 * r.gbps / ceilings.copy_gbps;
     if (ceilings.matmul_tflops) r.pct_of_matmul = 100.0 * r.tflops / *ceilings.matmul_tflops;
   }
-  if (options.baseline) r.baseline = time_baseline(checker, worker, file, op, options, r, timeout);
+  // Whatever the candidate may have left in its worker goes before the baseline is timed.
+  worker.restart();
+  if (options.baseline) r.baseline = time_baseline(checker, file, op, options, r);
   return r;
 }
 
@@ -159,6 +151,7 @@ nlohmann::json BenchResult::to_json(const OpSpec& op) const {
           {"seed", seed},
           {"verdict", verdict_name(verdict)},
           {"detail", detail},
+          {"integrity", measurement.to_json()},
           {"time_us",
            {{"median", stats.median * 1e3},
             {"mean", stats.mean * 1e3},

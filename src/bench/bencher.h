@@ -1,6 +1,7 @@
-// Timing one variant of a kernel file at one problem: correctness at that problem first, then
-// cold-L2 samples on the device until the median is known (or the time cap), then throughput
-// against the device's measured ceilings.
+// `kforge bench`: one variant of a kernel file at one problem. Correctness at that problem
+// first, then the one timing path (bench/measurement.h) with every integrity rule, then
+// throughput against the device's measured ceilings, and the baseline timed the same way in a
+// worker that never ran the candidate.
 #pragma once
 
 #include <chrono>
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/measurement.h"
 #include "bench/statistics.h"
 #include "check/checker.h"
 #include "device/ceilings.h"
@@ -38,8 +40,9 @@ struct BenchOptions {
 };
 
 struct BenchResult {
-  Verdict verdict = Verdict::ok;  // of the correctness gate; no timing unless ok
+  Verdict verdict = Verdict::ok;  // of the gate and the measurement; no timing unless ok
   std::string detail;
+  Measurement measurement;  // the integrity record (samples, probes, checks, output)
   CompileResult build;
   Sizes sizes;
   DType dtype = DType::bf16;
@@ -58,13 +61,6 @@ struct BenchResult {
 
   nlohmann::json to_json(const OpSpec& op) const;
 };
-
-// Times `module` ("bench") or the op's library baseline ("baseline") on inputs already in
-// `tensors`; the reply carries the samples in milliseconds.
-WorkerReply time_on_tensors(WorkerClient& worker, const OpSpec& op, const Sizes& sizes,
-                            CaseTensors& tensors, const char* kind,
-                            const std::filesystem::path& module, const BenchSettings& settings,
-                            std::chrono::milliseconds timeout);
 
 BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFile& file,
                          const OpSpec& op, const BenchOptions& options, const Ceilings& ceilings);

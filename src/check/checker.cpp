@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/random.h"
 #include "device/cublas_ops.h"
 #include "device/launch_limits.h"
 
@@ -18,6 +19,9 @@ namespace {
 
 const std::vector<std::string> kStageNames = {"smoke", "shape_sweep", "stability", "determinism",
                                               "edge_cases"};
+
+// Of what a kernel prints, a check report keeps about this much (the start).
+constexpr size_t kKeptOutputBytes = 8192;
 
 // Stability inputs are extreme by design; the reference is exact, the kernel rounds in its
 // dtype, so those cases get ten times the usual tolerance.
@@ -109,17 +113,22 @@ std::vector<std::vector<double>> gpu_reference(WorkerClient& reference_worker, c
   return out;
 }
 
-std::vector<std::vector<double>> Checker::expected_outputs(const OpSpec& op, const Sizes& sizes,
-                                                           const CaseTensors& tensors,
-                                                           const std::vector<double>& scalars) {
+WorkerClient& Checker::clean_worker() {
+  if (!clean_worker_) {
+    WorkerOptions options = worker_.options();
+    options.log_dir.clear();
+    options.launcher.clear();
+    clean_worker_ = std::make_unique<WorkerClient>(options);
+  }
+  return *clean_worker_;
+}
+
+std::vector<std::vector<double>> Checker::reference_outputs(const OpSpec& op, const Sizes& sizes,
+                                                            const CaseTensors& tensors,
+                                                            const std::vector<double>& scalars) {
   if (op.reference_flops(sizes) > kHostReferenceFlopLimit) {
     if (worker_.options().backend != "cuda" || !has_gpu_reference(op.name())) return {};
-    if (!reference_worker_) {
-      WorkerOptions options = worker_.options();
-      options.log_dir.clear();
-      reference_worker_ = std::make_unique<WorkerClient>(options);
-    }
-    return gpu_reference(*reference_worker_, op, sizes, tensors);
+    return gpu_reference(clean_worker(), op, sizes, tensors);
   }
   std::vector<std::vector<double>> expected;
   for (const auto& t : tensors.outputs())
@@ -153,6 +162,7 @@ CaseResult Checker::run_prepared(const OpSpec& op, const CompileResult& build, C
   const std::vector<double> scalars = op.scalar_values(sizes);
 
   const WorkerReply reply = worker_.request(tensors.request("run", build.module, scalars), timeout);
+  result.output = reply.output;
   if (!reply.ok()) {
     result.verdict = reply.verdict;
     result.detail = reply.detail;
@@ -172,7 +182,7 @@ CaseResult Checker::run_prepared(const OpSpec& op, const CompileResult& build, C
     return result;
   }
 
-  if (expected.empty()) expected = expected_outputs(op, sizes, tensors, scalars);
+  if (expected.empty()) expected = reference_outputs(op, sizes, tensors, scalars);
   if (expected.empty()) {
     result.skipped = true;
     result.detail = "no reference at this size on this backend (needs the GPU reference)";
@@ -221,6 +231,7 @@ bool Checker::check_determinism(const OpSpec& op, const CompileResult& build, co
     tensors.poison_outputs();
     const WorkerReply reply =
         worker_.request(tensors.request("run", build.module, scalars), timeout);
+    result.output += reply.output;
     if (!reply.ok()) {
       result.verdict = reply.verdict;
       result.detail = fmt::format("run {}: {}", run + 1, reply.detail);
@@ -249,7 +260,27 @@ bool Checker::check_determinism(const OpSpec& op, const CompileResult& build, co
         load_element(outputs[0].data(), t.dtype, first));
     return record(std::move(result));
   }
-  return record(std::move(result));
+  if (!record(std::move(result))) return false;
+
+  // The same inputs once more, but for one row of the first input, in the worker that just
+  // ran them: a kernel that keeps results from an earlier call and recognizes its inputs by a
+  // sample of them (or by their addresses) returns the old outputs here.
+  const int64_t rows = tensors.rows_of(0);
+  Rng rng(seed, 0x726f77);
+  const auto row = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(std::max<int64_t>(1, rows)));
+  tensors.redraw_row(0, row, op.fresh_input(0, size.sizes), rng.next());
+  std::vector<std::vector<double>> expected;
+  CaseResult changed{"determinism",        fmt::format("{} row {} changed", size.label, row),
+                     size.sizes,           dtype,
+                     InputKind::normal,    seed};
+  changed = run_prepared(op, build, tensors, expected, changed, 1.0, timeout);
+  if (changed.verdict == Verdict::wrong && changed.detail.find("modified") == std::string::npos) {
+    changed.detail = fmt::format(
+        "after one row of input '{}' changed, the outputs are wrong (results kept from an "
+        "earlier call?): {}",
+        tensors.inputs().front().name, changed.detail);
+  }
+  return record(std::move(changed));
 }
 
 CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
@@ -332,6 +363,10 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
     }
     stage.ran = true;
     const auto record = [&](CaseResult r) {
+      if (!r.output.empty() && report.output.size() < kKeptOutputBytes) {
+        report.output += fmt::format("[{} {}] {}", stage_name, r.label, r.output);
+        if (report.output.back() != '\n') report.output += '\n';
+      }
       ++stage.cases;
       if (r.skipped) ++stage.skipped;
       stage.worst_abs_error = std::max(stage.worst_abs_error, r.compare.max_abs_error);
@@ -421,6 +456,7 @@ nlohmann::json CheckReport::to_json(const OpSpec& op_spec) const {
   j["seed"] = seed;
   j["verdict"] = verdict_name(verdict);
   j["detail"] = detail;
+  j["output"] = truncate_middle(output, kKeptOutputBytes);
   j["builds"] = nlohmann::json::array();
   for (const auto& b : builds) {
     j["builds"].push_back({{"variant", b.variant.describe()},

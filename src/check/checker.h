@@ -5,7 +5,9 @@
 //   2. shape_sweep    the op's test sizes x dtypes
 //   3. stability      adversarial inputs (near max, near zero, mixed scales, zeros, equal, ...)
 //                     at 10x tolerance
-//   4. determinism    bitwise-equal outputs over repeated runs and from a second worker process
+//   4. determinism    bitwise-equal outputs over repeated runs and from a second worker process,
+//                     then one input row changed: a kernel that returns results it kept from
+//                     an earlier call fails here
 //   5. edge_cases     the op's edge sizes (one row, one column, odd and prime widths) x dtypes
 //
 // Inputs are drawn fresh from a seed recorded in the report; outputs are NaN-poisoned before
@@ -52,6 +54,7 @@ struct CaseResult {
   std::string detail;
   CompareResult compare;
   bool skipped = false;
+  std::string output;  // what the kernel printed during the run (truncated)
 };
 
 struct StageReport {
@@ -73,6 +76,7 @@ struct CheckReport {
   std::string detail;             // the first failure, for people
   std::vector<CompileResult> builds;
   std::vector<StageReport> stages;
+  std::string output;  // what the kernel printed, over all cases (truncated)
   bool passed() const { return verdict == Verdict::ok; }
   nlohmann::json to_json(const OpSpec& op) const;
 };
@@ -114,21 +118,27 @@ class Checker {
                           double tolerance_scale, std::chrono::milliseconds timeout);
 
   // Runs one problem three times in the current worker and once in a fresh one; every output
-  // must be bitwise identical. `record` receives the case and returns whether it passed.
+  // must be bitwise identical. Then one row of the first input changes and the problem runs
+  // once more in that worker, against the reference. `record` receives each case and returns
+  // whether it passed.
   bool check_determinism(const OpSpec& op, const CompileResult& build, const SizeCase& size,
                          uint64_t seed, const CheckOptions& options,
                          const std::function<bool(CaseResult)>& record);
 
- private:
-  // Expected outputs (and magnitudes, for ops that ask for them); empty when no reference is
-  // available for this problem on this backend.
-  std::vector<std::vector<double>> expected_outputs(const OpSpec& op, const Sizes& sizes,
-                                                    const CaseTensors& tensors,
-                                                    const std::vector<double>& scalars);
+  // Expected outputs (and magnitudes, for ops that ask for them) for the inputs in `tensors`;
+  // empty when no reference is available for this problem on this backend.
+  std::vector<std::vector<double>> reference_outputs(const OpSpec& op, const Sizes& sizes,
+                                                     const CaseTensors& tensors,
+                                                     const std::vector<double>& scalars);
 
+  // A worker on the same device that never loads candidate code (GPU references, baselines).
+  WorkerClient& clean_worker();
+  WorkerClient& worker() { return worker_; }
+
+ private:
   const Compiler& compiler_;
   WorkerClient& worker_;
-  std::unique_ptr<WorkerClient> reference_worker_;  // started on first use
+  std::unique_ptr<WorkerClient> clean_worker_;  // started on first use
 };
 
 // Per-run time limit scaled to the data a problem moves.

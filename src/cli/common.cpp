@@ -77,6 +77,17 @@ std::string device_line(const DeviceInfo& d) {
                      d.driver_version, d.runtime_version);
 }
 
+void print_candidate_output(const std::string& output) {
+  if (output.empty()) return;
+  fmt::print("\nthe kernel printed (stdout and stderr, truncated):\n");
+  size_t start = 0;
+  while (start < output.size()) {
+    const size_t end = std::min(output.find('\n', start), output.size());
+    fmt::print("  | {}\n", output.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
 void write_json(const nlohmann::json& j, const std::string& path) {
   if (path.empty()) return;
   if (path == "-") {

@@ -32,6 +32,9 @@ std::string pick_backend(const DeviceFlags& flags, const KernelFile* file);
 std::vector<DType> parse_dtypes(const std::vector<std::string>& names);
 ParamValues parse_params(const std::vector<std::string>& items);
 std::string device_line(const DeviceInfo& d);
+// What a candidate printed (captured by its worker), indented under a heading; nothing when
+// it printed nothing.
+void print_candidate_output(const std::string& output);
 // Writes to `path`, or stdout for "-", or nowhere for "".
 void write_json(const nlohmann::json& j, const std::string& path);
 

@@ -104,6 +104,7 @@ void print_check_report(const CheckReport& report) {
   }
   fmt::print("\nverdict: {}  (seed {})\n", verdict_name(report.verdict), report.seed);
   if (!report.passed()) fmt::print("  {}\n", report.detail);
+  print_candidate_output(report.output);
 }
 
 struct CheckFlags {
@@ -275,6 +276,13 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   if (r.verdict != Verdict::ok) {
     fmt::print("{:<9} {} - not timed: {}\n", "verdict", verdict_name(r.verdict), r.detail);
   } else {
+    const Measurement& m = r.measurement;
+    fmt::print("{:<9} OK: {} samples, each on fresh inputs; {} warm-up runs; repeats of the "
+               "previous inputs {:.2f} us (median of {}); all work on the given stream\n",
+               "verdict", m.samples_taken, m.warmup_runs, m.repeat_stats.median * 1e3,
+               m.repeat_stats.count);
+    for (const auto& c : m.checks)
+      fmt::print("{:<9} {}\n", "checked", c);
     const double us = 1e3;
     fmt::print(
         "{:<9} {:.2f} us median  (p10 {:.2f}, p90 {:.2f}; noise {:.2f}%; {} samples, {}{})\n",
@@ -303,6 +311,7 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
                                  : ", clocks not monitored",
                options.settings.cold_cache ? "flushed before every sample" : "warm");
   }
+  print_candidate_output(r.measurement.output);
   nlohmann::json j = r.to_json(*op);
   j["device"] = d;
   j["ceilings"] = ceilings.raw.at("ceilings");
@@ -397,12 +406,13 @@ int main(int argc, char** argv) {
   TorchTraceFlags torch_trace_flags;
   auto* import_torch_trace = add_import_torch_trace_command(app, torch_trace_flags);
 
-  std::string worker_backend;
-  int worker_device = 0;
+  WorkerFlags worker_flags;
   auto* worker = app.add_subcommand("__worker", "Internal: runs candidate code for kforge");
   worker->group("");  // hidden
-  worker->add_option("--backend", worker_backend)->required();
-  worker->add_option("--device", worker_device);
+  worker->add_option("--backend", worker_flags.backend)->required();
+  worker->add_option("--device", worker_flags.device);
+  worker->add_option("--channel", worker_flags.channel)->required();
+  worker->add_option("--parent", worker_flags.parent)->required();
 
   try {
     app.parse(argc, argv);
@@ -411,7 +421,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (*worker) return run_worker(worker_backend, worker_device);
+    if (*worker) return run_worker(worker_flags);
     if (*devices) return cmd_devices(devices_json);
     if (app.got_subcommand("ops")) return cmd_ops();
     if (*ceilings) return cmd_ceilings(device_flags, refresh, ceilings_json);

@@ -243,6 +243,9 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
       "tune", "Search a kernel file's parameters for the fastest correct variant at a problem");
   tune->add_option("target", flags.target,
                    "An op (tunes its library kernel files) or a kernel file");
+  tune->add_option("--also", flags.also,
+                   "Another kernel file of the same op to search together with the target "
+                   "(repeatable): e.g. a candidate against the library's files");
   tune->add_option("--task", flags.task,
                    "A task file from `kforge plan --extract`: its op, shape and dtype");
   auto* shape =
@@ -350,12 +353,21 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
     checker = std::make_unique<Checker>(*compiler, *worker);
     progress_line(fmt::format("kforge tune {} on {}", flags.target, device_line(worker->device())));
     ceilings = device_ceilings(*worker, default_cache_dir(), false, progress_line);
+    options.ceilings = &*ceilings;
   }
   std::vector<KernelFile> files;
   if (single) {
     files.push_back(std::move(*single));
   } else {
     files = library_files(flags.target, backend);
+  }
+  for (const auto& path : flags.also) {
+    KernelFile extra = KernelFile::load(path);
+    if (extra.op != op.name() || backend_name(extra.backend) != backend) {
+      throw UsageError(fmt::format("--also {}: a {} kernel file for {}, not a {} one for {}", path,
+                                   backend_name(extra.backend), extra.op, backend, op.name()));
+    }
+    files.push_back(std::move(extra));
   }
   fix_params(files, parse_params(flags.fixed));
   std::vector<const KernelFile*> file_ptrs;

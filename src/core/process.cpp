@@ -1,13 +1,21 @@
 #include "core/process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -21,6 +29,50 @@ namespace kforge {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The process groups kforge has running. A fixed array of atomics, so that a signal handler
+// can read it: kill() is async-signal-safe, locks and allocation are not.
+constexpr size_t kMaxGroups = 1024;
+std::array<std::atomic<pid_t>, kMaxGroups> g_groups{};
+// Held from a spawn until its group is registered, and while orphans are swept, so that a
+// child just started is never taken for an orphan.
+std::mutex g_spawn_mutex;
+
+void register_group(pid_t pgid) {
+  for (auto& slot : g_groups) {
+    pid_t empty = 0;
+    if (slot.compare_exchange_strong(empty, pgid)) return;
+  }
+  // More than kMaxGroups children at once: the group is still ended by its owner; only the
+  // exit-time sweep misses it.
+}
+
+void unregister_group(pid_t pgid) {
+  for (auto& slot : g_groups) {
+    pid_t expected = pgid;
+    if (slot.compare_exchange_strong(expected, 0)) return;
+  }
+}
+
+bool is_registered(pid_t pid) {
+  for (const auto& slot : g_groups) {
+    if (slot.load() == pid) return true;
+  }
+  return false;
+}
+
+void kill_all_groups() noexcept {
+  for (auto& slot : g_groups) {
+    const pid_t pgid = slot.load();
+    if (pgid > 0) ::kill(-pgid, SIGKILL);
+  }
+}
+
+void on_fatal_signal(int sig) {
+  kill_all_groups();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
 
 std::vector<char*> to_c_argv(const std::vector<std::string>& argv) {
   std::vector<char*> out;
@@ -39,6 +91,29 @@ ExitStatus decode_status(int status) {
     s.signal = WTERMSIG(status);
   }
   return s;
+}
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+// Waits until `pid` has ended without reaping it: while it is a zombie its number cannot be
+// reused, so its process group can still be ended safely by that number.
+void wait_unreaped(pid_t pid) {
+  siginfo_t info{};
+  while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+}
+
+// Ends what is left of a group whose leader has ended (but is not yet reaped), then reaps it.
+int end_group_and_reap(pid_t leader) {
+  ::kill(-leader, SIGKILL);
+  const int status = wait_for(leader);
+  unregister_group(leader);
+  return status;
 }
 
 class Pipe {
@@ -65,12 +140,104 @@ class Pipe {
   int fds_[2] = {-1, -1};
 };
 
+// Spawn attributes that put the child in a new process group of its own.
+class OwnGroup {
+ public:
+  OwnGroup() {
+    posix_spawnattr_init(&attr_);
+    posix_spawnattr_setflags(&attr_, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr_, 0);
+  }
+  ~OwnGroup() { posix_spawnattr_destroy(&attr_); }
+  const posix_spawnattr_t* get() const { return &attr_; }
+
+ private:
+  posix_spawnattr_t attr_;
+};
+
+// Two distinct descriptor numbers in [100, 1000), different from every open descriptor of
+// ours, so that the dup2 into the child cannot land on a descriptor the child inherits.
+std::pair<int, int> pick_channel_fds() {
+  std::random_device rd;
+  std::uniform_int_distribution<int> pick(100, 999);
+  const auto free_here = [](int fd) { return fcntl(fd, F_GETFD) < 0; };
+  int in = pick(rd);
+  while (!free_here(in))
+    in = pick(rd);
+  int out = pick(rd);
+  while (out == in || !free_here(out))
+    out = pick(rd);
+  return {in, out};
+}
+
 }  // namespace
 
 std::string ExitStatus::describe() const {
   if (exited) return fmt::format("exited with code {}", exit_code);
   if (signal != 0) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
   return "unknown exit";
+}
+
+void contain_child_processes() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+      struct sigaction action {};
+      action.sa_handler = on_fatal_signal;
+      sigemptyset(&action.sa_mask);
+      sigaction(sig, &action, nullptr);
+    }
+    std::atexit([] { kill_all_groups(); });
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  });
+}
+
+void sweep_orphans() {
+  const std::lock_guard lock(g_spawn_mutex);
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (!proc) return;
+  std::vector<pid_t> orphans;
+  while (const dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+    std::string text;
+    std::getline(stat, text);
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so parse from the
+    // last ')'.
+    const size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(text.c_str() + close + 1, " %c %ld", &state, &ppid) != 2) continue;
+    if (ppid == self && !is_registered(static_cast<pid_t>(pid))) {
+      orphans.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  closedir(proc);
+  for (const pid_t pid : orphans) {
+    ::kill(pid, SIGKILL);
+    wait_for(pid);
+  }
+}
+
+std::vector<pid_t> live_child_groups() {
+  std::vector<pid_t> out;
+  for (const auto& slot : g_groups) {
+    if (const pid_t pgid = slot.load(); pgid > 0) out.push_back(pgid);
+  }
+  return out;
+}
+
+std::optional<Channel> parse_channel(const std::string& text) {
+  Channel c;
+  if (std::sscanf(text.c_str(), "%d,%d", &c.in, &c.out) != 2 || c.in < 0 || c.out < 0 ||
+      c.in == c.out) {
+    return std::nullopt;
+  }
+  return c;
 }
 
 CommandResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
@@ -80,16 +247,17 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
   posix_spawn_file_actions_adddup2(&actions, out.write_end(), STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, out.write_end(), STDERR_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Own process group, so a timeout kills the compiler's children too.
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
+  // Own process group, so a timeout (or Ctrl-C) ends the command's children too.
+  const OwnGroup group;
   pid_t pid = -1;
   auto c_argv = to_c_argv(argv);
-  const int rc = posix_spawnp(&pid, c_argv[0], &actions, &attr, c_argv.data(), environ);
+  int rc = 0;
+  {
+    const std::lock_guard lock(g_spawn_mutex);
+    rc = posix_spawnp(&pid, c_argv[0], &actions, group.get(), c_argv.data(), environ);
+    if (rc == 0) register_group(pid);
+  }
   posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
   if (rc != 0) throw Error(fmt::format("cannot run {}: {}", argv.at(0), std::strerror(rc)));
   out.close_write();
 
@@ -112,34 +280,43 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
     if (got <= 0) break;
     result.output.append(buf, static_cast<size_t>(got));
   }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  const ExitStatus s = decode_status(status);
+  // Whatever the command left behind in its group goes with it.
+  wait_unreaped(pid);
+  const ExitStatus s = decode_status(end_group_and_reap(pid));
   result.exit_code = s.exited ? s.exit_code : -1;
   result.signal = result.timed_out ? 0 : s.signal;
   return result;
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& log_path) {
+ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log_path) {
   Pipe requests;
-  Pipe responses;
+  Pipe replies;
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) throw Error(fmt::format("cannot open {}: {}", log_path, std::strerror(errno)));
+  const auto [in_fd, out_fd] = pick_channel_fds();
+  argv.push_back("--channel");
+  argv.push_back(fmt::format("{},{}", in_fd, out_fd));
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, requests.read_end(), STDIN_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, log_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, log_fd, STDERR_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, responses.write_end(), kResponseFd);
+  posix_spawn_file_actions_adddup2(&actions, requests.read_end(), in_fd);
+  posix_spawn_file_actions_adddup2(&actions, replies.write_end(), out_fd);
+  const OwnGroup group;
   auto c_argv = to_c_argv(argv);
-  const int rc = posix_spawn(&pid_, c_argv[0], &actions, nullptr, c_argv.data(), environ);
+  int rc = 0;
+  {
+    const std::lock_guard lock(g_spawn_mutex);
+    rc = posix_spawn(&pid_, c_argv[0], &actions, group.get(), c_argv.data(), environ);
+    if (rc == 0) register_group(pid_);
+  }
   posix_spawn_file_actions_destroy(&actions);
   ::close(log_fd);
   if (rc != 0) throw Error(fmt::format("cannot start {}: {}", argv.at(0), std::strerror(rc)));
   to_child_ = requests.release_write();
-  from_child_ = responses.release_read();
+  from_child_ = replies.release_read();
 }
 
 ChildProcess::~ChildProcess() {
@@ -149,6 +326,7 @@ ChildProcess::~ChildProcess() {
 }
 
 bool ChildProcess::send_line(const std::string& line) {
+  if (to_child_ < 0) return false;
   std::string data = line + "\n";
   size_t done = 0;
   while (done < data.size()) {
@@ -192,13 +370,21 @@ std::optional<std::string> ChildProcess::receive_line(std::chrono::milliseconds 
   }
 }
 
+bool ChildProcess::has_unread() {
+  if (!buffer_.empty()) return true;
+  pollfd pfd{from_child_, POLLIN, 0};
+  return ::poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN);
+}
+
+void ChildProcess::close_input() {
+  if (to_child_ >= 0) ::close(std::exchange(to_child_, -1));
+}
+
 ExitStatus ChildProcess::kill_and_wait() {
   if (status_) return *status_;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
-  status_ = decode_status(status);
+  // The whole group: anything the child started without leaving the group goes too.
+  ::kill(-pid_, SIGKILL);
+  status_ = decode_status(end_group_and_reap(pid_));
   return *status_;
 }
 
@@ -206,10 +392,11 @@ std::optional<ExitStatus> ChildProcess::try_wait(std::chrono::milliseconds grace
   if (status_) return status_;
   const auto deadline = Clock::now() + grace;
   for (;;) {
-    int status = 0;
-    const pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      status_ = decode_status(status);
+    siginfo_t info{};
+    info.si_pid = 0;
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid == pid_) {
+      status_ = decode_status(end_group_and_reap(pid_));
       return status_;
     }
     if (Clock::now() >= deadline) return std::nullopt;

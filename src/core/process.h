@@ -1,5 +1,6 @@
 // Child processes: one-shot commands with captured output (compilers), and long-lived
-// children that talk over pipes (workers).
+// children that talk over a private channel (workers). Every child runs in a process group of
+// its own, and every group kforge starts is ended when kforge exits, on Ctrl-C too.
 #pragma once
 
 #include <sys/types.h>
@@ -18,7 +19,7 @@ struct CommandResult {
   bool ok() const { return !timed_out && signal == 0 && exit_code == 0; }
 };
 
-// Runs argv[0] (searched on PATH) and waits for it, killing it after `timeout`.
+// Runs argv[0] (searched on PATH) and waits for it, killing its whole group after `timeout`.
 CommandResult run_command(const std::vector<std::string>& argv,
                           std::chrono::milliseconds timeout = std::chrono::minutes(10));
 
@@ -30,12 +31,14 @@ struct ExitStatus {
   std::string describe() const;
 };
 
-// A child that reads requests on its stdin and writes one-line responses on fd 3. Its stdout
-// and stderr go to `log_path`, so whatever a kernel prints cannot corrupt the protocol.
+// A child that reads one-line requests on one descriptor and writes one-line replies on
+// another, both private to the channel: its stdin is /dev/null and its stdout and stderr go to
+// `log_path`, so whatever code it runs reads or prints cannot reach the protocol. The two
+// descriptor numbers are drawn at random and appended to argv as `--channel IN,OUT`.
 class ChildProcess {
  public:
-  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path);
-  ~ChildProcess();  // kills the child if still running
+  ChildProcess(std::vector<std::string> argv, const std::string& log_path);
+  ~ChildProcess();  // ends the child's group if still running
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
@@ -44,7 +47,11 @@ class ChildProcess {
   bool send_line(const std::string& line);
   // Reads one line; nullopt on timeout or when the child closed its end (see exited()).
   std::optional<std::string> receive_line(std::chrono::milliseconds timeout, bool* timed_out);
-  // Kills the child (SIGKILL) and reaps it.
+  // Whether the child wrote more than has been read (a poll that does not wait).
+  bool has_unread();
+  // Closes the request channel: a worker reading it sees the end and exits by itself.
+  void close_input();
+  // Kills the child's whole process group (SIGKILL) and reaps the child.
   ExitStatus kill_and_wait();
   // Reaps the child if it has ended, waiting up to `grace`.
   std::optional<ExitStatus> try_wait(std::chrono::milliseconds grace);
@@ -57,7 +64,22 @@ class ChildProcess {
   std::optional<ExitStatus> status_;
 };
 
-// File descriptor the worker writes responses to.
-inline constexpr int kResponseFd = 3;
+// The worker side of `--channel IN,OUT`.
+struct Channel {
+  int in = -1;
+  int out = -1;
+};
+// Parses "IN,OUT"; nullopt when malformed.
+std::optional<Channel> parse_channel(const std::string& text);
+
+// Makes sure no process kforge started outlives it: SIGINT, SIGTERM, SIGHUP and SIGQUIT end
+// every child process group before kforge itself ends, and so does a normal exit. kforge also
+// becomes a subreaper, so that a grandchild whose parent died (a candidate's daemon, say) is
+// reparented to kforge rather than to init, and sweep_orphans() can end it. Idempotent.
+void contain_child_processes();
+// Ends and reaps every process reparented to kforge that it did not start itself.
+void sweep_orphans();
+// Process groups kforge has running now (for tests and diagnostics).
+std::vector<pid_t> live_child_groups();
 
 }  // namespace kforge

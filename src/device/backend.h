@@ -2,11 +2,13 @@
 // processes create backends; kforge itself never runs candidate code.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,8 @@
 
 #include "compile/expression.h"
 #include "compile/kernel_file.h"
+#include "core/dtype.h"
+#include "core/fresh_values.h"
 
 namespace kforge {
 
@@ -61,6 +65,43 @@ class OutOfMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A candidate broke a rule of the measurement (docs/integrity.md). `fatal`: work it started may
+// still be running, so the worker must not serve another request.
+class IntegrityViolation : public std::runtime_error {
+ public:
+  explicit IntegrityViolation(const std::string& what, bool fatal = false)
+      : std::runtime_error(what), fatal_(fatal) {}
+  bool fatal() const { return fatal_; }
+
+ private:
+  bool fatal_;
+};
+
+// A tensor in device memory.
+struct DeviceSpan {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int64_t count = 0;  // elements
+  size_t bytes() const { return static_cast<size_t>(count) * dtype_size(dtype); }
+};
+
+// What the outputs of one call hold: a digest of every element (equal digests, equal
+// outputs) and how many elements still hold the poison pattern (never written).
+struct OutputDigest {
+  uint64_t hash = 0;
+  int64_t poisoned = 0;
+  bool operator==(const OutputDigest&) const = default;
+};
+
+// A candidate's call, made repeatable for timing. On the CUDA backend the call was captured
+// into a graph, so a launch runs exactly the work the call put on the given stream and no
+// candidate host code; on the CPU backend it is the call itself.
+class RepeatableCall {
+ public:
+  virtual ~RepeatableCall() = default;
+  virtual void launch() = 0;
+};
+
 struct ClockReading {
   bool available = false;
   int sm_clock_mhz = 0;
@@ -90,6 +131,23 @@ class DeviceBackend {
   // Measured ceilings: a large copy (GB/s, bytes read + written) and, where there is a matrix
   // library, a large bf16 matrix product (TFLOP/s). Returns a JSON object.
   virtual nlohmann::json measure_ceilings() = 0;
+
+  // The integrity rules of a measurement (docs/integrity.md). `call` has already run once on
+  // these buffers (lazy initialization is done). CUDA: `outputs` are poisoned, the call is
+  // captured into a graph, and it must have written no output element and left no work
+  // running while it was captured: work outside the given stream throws IntegrityViolation.
+  virtual std::unique_ptr<RepeatableCall> make_repeatable(const std::function<void()>& call,
+                                                          std::span<const DeviceSpan> outputs) = 0;
+  // Redraws elements [begin, end) of `tensor` from `seed` (asynchronously, in stream order).
+  virtual void fill_fresh(const DeviceSpan& tensor, int64_t begin, int64_t end,
+                          const FreshInput& rule, uint64_t seed) = 0;
+  // Sets every bit of `tensor` (NaN, or -1), asynchronously.
+  virtual void poison(const DeviceSpan& tensor) = 0;
+  // Digest of the outputs, after everything queued so far.
+  virtual OutputDigest digest(std::span<const DeviceSpan> outputs) = 0;
+  // Throws IntegrityViolation (fatal) when a candidate left work running: device work outside
+  // the stream still busy after `limit` (CUDA), or threads of its own (CPU).
+  virtual void check_nothing_left_running(std::chrono::milliseconds limit) = 0;
 };
 
 std::unique_ptr<DeviceBackend> make_cpu_backend();

@@ -1,5 +1,7 @@
 // The CPU backend: "device" memory is host memory, the stream is null, and timing is a steady
 // clock around the call. It lets the whole pipeline run, and be tested, without a GPU.
+#include <dirent.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/statistics.h"
+#include "core/fresh_fill.h"
 #include "device/backend.h"
 
 namespace kforge {
@@ -22,6 +25,39 @@ std::string read_first_line(const std::string& path) {
   std::string line;
   std::getline(in, line);
   return line;
+}
+
+// Threads of this process now.
+int count_threads() {
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return -1;
+  int n = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+// The call itself: on the CPU there is no stream for work to escape from, only threads (see
+// check_nothing_left_running).
+class DirectCall final : public RepeatableCall {
+ public:
+  explicit DirectCall(std::function<void()> call) : call_(std::move(call)) {}
+  void launch() override { call_(); }
+
+ private:
+  std::function<void()> call_;
+};
+
+template <typename Bits>
+void digest_into(const void* data, int64_t count, uint64_t& hash, int64_t& poisoned) {
+  const auto* bits = static_cast<const Bits*>(data);
+  for (int64_t i = 0; i < count; ++i) {
+    const auto b = static_cast<uint64_t>(bits[i]);
+    hash += fresh::digest_term(static_cast<uint64_t>(i), b);
+    poisoned += fresh::is_poison(b, sizeof(Bits)) ? 1 : 0;
+  }
 }
 
 int64_t parse_cache_size(const std::string& text) {  // "32768K"
@@ -43,7 +79,7 @@ std::string cpu_model_name() {
 
 class CpuBackend final : public DeviceBackend {
  public:
-  CpuBackend() : info_(cpu_device_info()) {
+  CpuBackend() : info_(cpu_device_info()), threads_at_start_(count_threads()) {
     // Twice the last-level cache, rounded to a page, so one pass evicts everything.
     flush_.resize(static_cast<size_t>(std::max<int64_t>(info_.l2_bytes, 8 << 20) * 2));
   }
@@ -85,6 +121,52 @@ class CpuBackend final : public DeviceBackend {
 
   ClockReading read_clock() override { return {}; }
 
+  std::unique_ptr<RepeatableCall> make_repeatable(const std::function<void()>& call,
+                                                  std::span<const DeviceSpan>) override {
+    check_nothing_left_running(std::chrono::milliseconds(0));
+    return std::make_unique<DirectCall>(call);
+  }
+
+  void fill_fresh(const DeviceSpan& tensor, int64_t begin, int64_t end, const FreshInput& rule,
+                  uint64_t seed) override {
+    fill_fresh_host(static_cast<std::byte*>(tensor.data), tensor.dtype, begin, end, rule, seed);
+  }
+
+  void poison(const DeviceSpan& tensor) override { std::memset(tensor.data, 0xff, tensor.bytes()); }
+
+  OutputDigest digest(std::span<const DeviceSpan> outputs) override {
+    OutputDigest d;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      uint64_t hash = 0;
+      int64_t poisoned = 0;
+      const DeviceSpan& o = outputs[i];
+      switch (dtype_size(o.dtype)) {
+        case 2:
+          digest_into<uint16_t>(o.data, o.count, hash, poisoned);
+          break;
+        case 8:
+          digest_into<uint64_t>(o.data, o.count, hash, poisoned);
+          break;
+        default:
+          digest_into<uint32_t>(o.data, o.count, hash, poisoned);
+          break;
+      }
+      d.hash += fresh::mix(hash + i);
+      d.poisoned += poisoned;
+    }
+    return d;
+  }
+
+  void check_nothing_left_running(std::chrono::milliseconds) override {
+    const int now = count_threads();
+    if (threads_at_start_ > 0 && now > threads_at_start_) {
+      throw IntegrityViolation(
+          fmt::format("work outside the call: it left {} thread(s) running after it returned",
+                      now - threads_at_start_),
+          /*fatal=*/true);
+    }
+  }
+
   nlohmann::json measure_ceilings() override {
     const size_t bytes = size_t{256} << 20;
     std::vector<char> a(bytes, 1), b(bytes, 2);
@@ -112,6 +194,7 @@ class CpuBackend final : public DeviceBackend {
   DeviceInfo info_;
   std::vector<char> flush_;
   unsigned flush_round_ = 0;
+  int threads_at_start_ = 0;
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The CUDA backend: one device, one stream, events for timing, a scratch buffer twice the L2
 // size for cold-cache samples, NVML for clock monitoring and cuBLAS for the matmul ceiling.
 #include <chrono>
+#include <future>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -11,6 +13,7 @@
 #include "bench/statistics.h"
 #include "device/backend.h"
 #include "device/cuda_check.h"
+#include "device/integrity_kernels.h"
 #include "device/nvml_clock.h"
 
 namespace kforge {
@@ -67,6 +70,32 @@ DeviceInfo query_device(int index) {
   throw KernelFault(what);
 }
 
+// A call captured into a CUDA graph: launching it replays exactly the work the call put on
+// the captured stream (and streams it joined), and runs none of the candidate's host code.
+class CapturedCall final : public RepeatableCall {
+ public:
+  CapturedCall(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream)
+      : graph_(graph), exec_(exec), stream_(stream) {}
+  ~CapturedCall() override {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  CapturedCall(const CapturedCall&) = delete;
+  CapturedCall& operator=(const CapturedCall&) = delete;
+  void launch() override {
+    const cudaError_t err = cudaGraphLaunch(exec_, stream_);
+    if (err != cudaSuccess) {
+      throw KernelFault(fmt::format("graph launch: {} ({})", cudaGetErrorName(err),
+                                    cudaGetErrorString(err)));
+    }
+  }
+
+ private:
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
 class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(int device) : info_(query_device(device)), clock_(info_.uuid) {
@@ -76,10 +105,14 @@ class CudaBackend final : public DeviceBackend {
     KF_CUDA_CHECK(cudaEventCreate(&stop_));
     flush_bytes_ = static_cast<size_t>(std::max<int64_t>(info_.l2_bytes, 1 << 20)) * 2;
     KF_CUDA_CHECK(cudaMalloc(&flush_, flush_bytes_));
+    KF_CUDA_CHECK(cudaMalloc(&digest_device_, kMaxDigests * 2 * sizeof(unsigned long long)));
+    KF_CUDA_CHECK(cudaMallocHost(&digest_host_, kMaxDigests * 2 * sizeof(unsigned long long)));
     info_.max_sm_clock_mhz = clock_.max_sm_clock_mhz();
   }
 
   ~CudaBackend() override {
+    cudaFreeHost(digest_host_);
+    cudaFree(digest_device_);
     cudaFree(flush_);
     cudaEventDestroy(start_);
     cudaEventDestroy(stop_);
@@ -130,6 +163,109 @@ class CudaBackend final : public DeviceBackend {
   }
 
   ClockReading read_clock() override { return clock_.read(); }
+
+  std::unique_ptr<RepeatableCall> make_repeatable(const std::function<void()>& call,
+                                                  std::span<const DeviceSpan> outputs) override {
+    for (const auto& o : outputs)
+      poison(o);
+    synchronize();
+    // Global mode: while the capture runs, calls that would synchronize or allocate outside
+    // stream order fail in any thread, so a call that does them cannot be captured.
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), "begin capture");
+    std::exception_ptr call_error;
+    try {
+      call();
+    } catch (...) {
+      call_error = std::current_exception();
+    }
+    cudaGraph_t graph = nullptr;
+    const cudaError_t captured = cudaStreamEndCapture(stream_, &graph);
+    if (call_error) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      std::rethrow_exception(call_error);
+    }
+    if (captured != cudaSuccess || graph == nullptr) {
+      cudaGetLastError();
+      throw IntegrityViolation(fmt::format(
+          "the call cannot be captured into a CUDA graph ({}: {}): it synchronized, allocated "
+          "outside stream order or left a forked stream unjoined; a kernel file may only "
+          "enqueue work on the given stream (and streams it forks from and joins back to it)",
+          cudaGetErrorName(captured), cudaGetErrorString(captured)));
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    if (instantiated != cudaSuccess) {
+      cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw IntegrityViolation(fmt::format("the captured call cannot be instantiated ({}: {})",
+                                           cudaGetErrorName(instantiated),
+                                           cudaGetErrorString(instantiated)));
+    }
+    auto repeatable = std::make_unique<CapturedCall>(graph, exec, stream_);
+    // Nothing the call put on the given stream has run yet: it sits in the graph. Work that ran
+    // anyway, or still runs, was put elsewhere.
+    check_nothing_left_running(std::chrono::seconds(2));
+    const OutputDigest d = digest(outputs);
+    int64_t total = 0;
+    for (const auto& o : outputs)
+      total += o.count;
+    if (d.poisoned != total) {
+      throw IntegrityViolation(fmt::format(
+          "work outside the given stream: {} of {} output elements were written while the call "
+          "was being captured, when work on the given stream does not run yet",
+          total - d.poisoned, total));
+    }
+    return repeatable;
+  }
+
+  void fill_fresh(const DeviceSpan& tensor, int64_t begin, int64_t end, const FreshInput& rule,
+                  uint64_t seed) override {
+    launch_fill_fresh(tensor.data, to_abi(tensor.dtype), begin, end, rule, seed, stream_);
+    check_launch();
+  }
+
+  void poison(const DeviceSpan& tensor) override {
+    check(cudaMemsetAsync(tensor.data, 0xff, tensor.bytes(), stream_), "poison");
+  }
+
+  OutputDigest digest(std::span<const DeviceSpan> outputs) override {
+    if (outputs.size() > kMaxDigests) throw Error("too many outputs to digest");
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      launch_digest(outputs[i].data, outputs[i].count, static_cast<int>(dtype_size(outputs[i].dtype)),
+                    digest_device_ + 2 * i, stream_);
+    }
+    check_launch();
+    check(cudaMemcpyAsync(digest_host_, digest_device_,
+                          outputs.size() * 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                          stream_),
+          "digest");
+    synchronize();
+    OutputDigest d;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      // Outputs are told apart by their position, so swapping two outputs changes the digest.
+      d.hash += fresh::mix(digest_host_[2 * i] + i);
+      d.poisoned += static_cast<int64_t>(digest_host_[2 * i + 1]);
+    }
+    return d;
+  }
+
+  void check_nothing_left_running(std::chrono::milliseconds limit) override {
+    // cudaDeviceSynchronize waits for every stream of the context, the candidate's own ones
+    // too. It cannot be interrupted, so it runs on a thread of its own; if the limit passes,
+    // the worker is ended (the violation is fatal) and the thread with it.
+    auto done = std::make_shared<std::promise<cudaError_t>>();
+    std::future<cudaError_t> result = done->get_future();
+    std::thread([done] { done->set_value(cudaDeviceSynchronize()); }).detach();
+    if (result.wait_for(limit) != std::future_status::ready) {
+      throw IntegrityViolation(
+          fmt::format("work outside the given stream: the device was still busy {:.1f} s after "
+                      "the call's stream had finished",
+                      static_cast<double>(limit.count()) / 1000.0),
+          /*fatal=*/true);
+    }
+    check(result.get(), "device synchronize");
+  }
 
   nlohmann::json measure_ceilings() override {
     nlohmann::json out;
@@ -218,6 +354,9 @@ class CudaBackend final : public DeviceBackend {
   void* flush_ = nullptr;
   size_t flush_bytes_ = 0;
   unsigned flush_round_ = 0;
+  static constexpr size_t kMaxDigests = 16;  // outputs per op
+  unsigned long long* digest_device_ = nullptr;
+  unsigned long long* digest_host_ = nullptr;
 };
 
 }  // namespace

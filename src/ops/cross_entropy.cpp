@@ -71,6 +71,18 @@ class CrossEntropy final : public OpSpec {
     }
   }
 
+  // Timed samples draw targets as generate() does: uniform classes, about one row in sixteen
+  // ignored.
+  FreshInput fresh_input(size_t input, const Sizes& sizes) const override {
+    if (input == 0) return OpSpec::fresh_input(input, sizes);
+    FreshInput rule;
+    rule.kind = FreshInput::Kind::index;
+    rule.bound = sizes.at("vocab");
+    rule.special = kIgnoreIndex;
+    rule.special_share = 1.0 / 16;
+    return rule;
+  }
+
   void reference(const Sizes& sizes, std::span<const std::vector<double>> in,
                  std::span<const double>, std::span<std::vector<double>> out) const override {
     const int64_t b = sizes.at("batch"), v = sizes.at("vocab");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/fresh_values.h"
 
 namespace kforge {
 
@@ -119,6 +120,10 @@ class OpSpec {
   // Fills every input tensor. Deterministic in (sizes, kind, seed).
   virtual void generate(const Sizes& sizes, InputKind kind, uint64_t seed,
                         std::span<HostTensor> inputs) const;
+  // How input `input` is redrawn on the device before every timed sample. By default floating
+  // tensors get normal values (scaled by 1/sqrt(fan_in) for weights that name one); ops with
+  // integer inputs or structured tables say what their inputs must look like.
+  virtual FreshInput fresh_input(size_t input, const Sizes& sizes) const;
   // float64 reference: inputs widened to double, outputs sized by the caller.
   virtual void reference(const Sizes& sizes, std::span<const std::vector<double>> inputs,
                          std::span<const double> scalars,

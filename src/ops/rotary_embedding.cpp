@@ -86,6 +86,14 @@ class RotaryEmbedding final : public OpSpec {
     }
   }
 
+  // cos and sin stay the tables generate() made (a rotation's); x is redrawn every sample.
+  FreshInput fresh_input(size_t input, const Sizes& sizes) const override {
+    if (input == 0) return OpSpec::fresh_input(input, sizes);
+    FreshInput rule;
+    rule.kind = FreshInput::Kind::keep;
+    return rule;
+  }
+
   void complete_sizes(Sizes& sizes) const override { sizes["half_dim"] = sizes.at("head_dim") / 2; }
 
   void reference(const Sizes& sizes, std::span<const std::vector<double>> in,

@@ -1,5 +1,8 @@
 #include "run/case_tensors.h"
 
+#include <cstring>
+
+#include "core/fresh_fill.h"
 #include "core/parallel.h"
 
 namespace kforge {
@@ -50,9 +53,21 @@ void CaseTensors::generate_inputs(InputKind kind, uint64_t seed) {
   op_.generate(sizes_, kind, seed, inputs_);
 }
 
+int64_t CaseTensors::rows_of(size_t input) const {
+  const HostTensor& t = inputs_.at(input);
+  const int64_t row = t.shape.empty() ? 1 : std::max<int64_t>(1, t.shape.back());
+  return t.numel() / row;
+}
+
+void CaseTensors::redraw_row(size_t input, int64_t row, const FreshInput& rule, uint64_t seed) {
+  HostTensor& t = inputs_.at(input);
+  const int64_t len = t.shape.empty() ? 1 : t.shape.back();
+  fill_fresh_host(t.data, t.dtype, row * len, (row + 1) * len, rule, seed);
+}
+
 void CaseTensors::poison_outputs() {
   for (auto& t : outputs_)
-    fill_nan(t.data, t.dtype, static_cast<size_t>(t.numel()));
+    std::memset(t.data, 0xff, t.bytes());
 }
 
 std::vector<std::vector<double>> CaseTensors::inputs_as_double() const {

@@ -27,6 +27,12 @@ class CaseTensors {
   size_t largest_tensor_elements() const;
 
   void generate_inputs(InputKind kind, uint64_t seed);
+  // Redraws one row (the last dimension) of input `input` as `rule` says, from `seed`.
+  void redraw_row(size_t input, int64_t row, const FreshInput& rule, uint64_t seed);
+  // Rows of input `input`: its elements over its last dimension.
+  int64_t rows_of(size_t input) const;
+  // Sets every bit of every output (a NaN in the floating types): an element a kernel does not
+  // write is caught.
   void poison_outputs();
   // Inputs widened to double, for the reference.
   std::vector<std::vector<double>> inputs_as_double() const;

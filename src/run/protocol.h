@@ -1,20 +1,26 @@
-// What kforge and a worker say to each other: one JSON object per line. kforge writes requests
-// to the worker's stdin; the worker answers on fd 3.
+// What kforge and a worker say to each other: one JSON object per line, on a private channel
+// (two descriptors named by `--channel IN,OUT`; the worker's stdin is /dev/null, its stdout and
+// stderr a log kforge reads per request). Every request carries a sequence number "seq" that
+// its reply repeats.
 //
-//   {"op":"hello"}                                  -> {"ok":true,"device":{...}}
+//   {"op":"hello"}                                  -> {"ok":true,"device":{...},"threads":N}
 //   {"op":"run","module":M,"region":R,"tensors":[...],"scalars":[...]}
 //                                                   -> {"ok":true,"guard_violations":[...],
 //                                                       "inputs_modified":[...]}
-//   {"op":"bench", ...as run..., "settings":{...}}  -> {"ok":true,"samples_ms":[...],...}
+//   {"op":"measure", ...as run..., "settings":{...}, "fresh":[...], "seed":S}
+//       (or "library":O with "op_name", "sizes" instead of "module", for a cuBLAS baseline)
+//                                                   -> {"ok":true,"samples":[...],...}
+//   {"op":"replay","index":I}                       -> {"ok":true,"digest":D,...}; the sample's
+//                                                      inputs and outputs in the region
 //   {"op":"ceilings"}                               -> {"ok":true,"ceilings":{...}}
-//   {"op":"baseline","op_name":O,"sizes":{...},"region":R,"tensors":[...],"settings":{...}}
-//                                                   -> as bench, timing cuBLAS (matmul, MLP)
 //   {"op":"reference","op_name":O,"sizes":{...},"scalars":[...],"region":R,"tensors":[...]}
 //                                                   -> {"ok":true}; f32 outputs in the region
 //
 // A failed request answers {"ok":false,"kind":K,"error":TEXT}, K one of: "oom", "fault" (device
 // code failed; the worker exits after answering), "status" (the entry returned non-zero),
-// "load" (the module does not load), "error" (anything else).
+// "load" (the module does not load), "invalid" (the candidate broke a rule of the
+// measurement), "fatal" (the same, with work of its own still running: the worker exits after
+// answering), "error" (anything else).
 #pragma once
 
 #include <cstddef>
@@ -53,7 +59,14 @@ struct BenchSettings {
 void to_json(nlohmann::json& j, const BenchSettings& s);
 void from_json(const nlohmann::json& j, BenchSettings& s);
 
+struct WorkerFlags {
+  std::string backend;
+  int device = 0;
+  std::string channel;  // "IN,OUT"
+  long long parent = 0;  // kforge's pid
+};
+
 // Entry point of `kforge __worker`. Returns the process exit code.
-int run_worker(const std::string& backend, int device);
+int run_worker(const WorkerFlags& flags);
 
 }  // namespace kforge

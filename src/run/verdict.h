@@ -15,6 +15,8 @@ enum class Verdict {
   oom,            // an allocation failed
   compile_error,  // the variant does not compile or its module does not load
   rejected,       // a constraint of the kernel file rules the variant out; never compiled
+  invalid,        // broke a rule of the measurement (work outside the given stream, results
+                  // reused across calls, a time beyond the device's limits, ...): no time
 };
 
 std::string_view verdict_name(Verdict v);  // "OK", "WRONG", ...

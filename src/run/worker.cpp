@@ -1,26 +1,29 @@
 // The worker: loads kernel modules and runs them on one device, on kforge's behalf. Anything a
-// candidate does wrong (crash, hang, illegal access, running out of memory) happens here, and
-// kforge sees it as a verdict.
+// candidate does wrong (crash, hang, illegal access, running out of memory, breaking a rule of
+// the measurement) happens here, and kforge sees it as a verdict. Before any candidate code is
+// loaded, the worker fences itself in (run/sandbox.h).
 #include <cuda_runtime.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
-#include <iostream>
 #include <map>
 #include <memory>
 
 #include <fmt/format.h>
 
-#include "bench/statistics.h"
 #include "core/error.h"
 #include "core/process.h"
 #include "device/backend.h"
 #include "device/cublas_ops.h"
 #include "kforge/kernel.h"
+#include "run/device_tensors.h"
 #include "run/protocol.h"
+#include "run/sandbox.h"
 #include "run/shared_region.h"
+#include "run/timed_samples.h"
 
 namespace kforge {
 
@@ -60,10 +63,8 @@ namespace {
 using Entry = int (*)(const kf_args*);
 using Clock = std::chrono::steady_clock;
 
-// Bytes on each side of every device tensor, filled with a pattern and checked after a run: a
-// kernel that writes outside its tensors is caught even when it does not crash.
-constexpr size_t kGuardBytes = 4096;
-constexpr unsigned char kGuardPattern = 0xCD;
+// Whatever a candidate prints lands in the worker's log; past this size, writes fail.
+constexpr long long kMaxLogBytes = 256ll << 20;
 
 class StatusError : public std::runtime_error {
  public:
@@ -94,123 +95,16 @@ class Module {
   Entry entry_ = nullptr;
 };
 
-// One tensor on the device with guard bands on both sides.
-struct DeviceTensor {
-  TensorRef ref;
-  std::byte* base = nullptr;  // start of the allocation (the leading guard)
-  std::byte* data() const { return base + kGuardBytes; }
-};
-
-// The tensors of one request, on the device, freed on destruction.
-class DeviceTensors {
- public:
-  DeviceTensors(DeviceBackend& backend, const SharedRegion& region,
-                const std::vector<TensorRef>& refs)
-      : backend_(backend), region_(region) {
-    std::vector<std::byte> guard(kGuardBytes, std::byte{kGuardPattern});
-    for (const auto& ref : refs) {
-      DeviceTensor t{ref, static_cast<std::byte*>(backend_.allocate(ref.bytes + 2 * kGuardBytes))};
-      tensors_.push_back(t);
-      backend_.copy_to_device(t.base, guard.data(), kGuardBytes);
-      backend_.copy_to_device(t.data() + ref.bytes, guard.data(), kGuardBytes);
-    }
-    upload();
+int count_threads() {
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return -1;
+  int n = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
   }
-  ~DeviceTensors() {
-    for (auto& t : tensors_)
-      backend_.release(t.base);
-  }
-  DeviceTensors(const DeviceTensors&) = delete;
-  DeviceTensors& operator=(const DeviceTensors&) = delete;
-
-  // Inputs, and the NaN-poisoned outputs kforge prepared, from the shared region.
-  void upload() {
-    for (auto& t : tensors_) {
-      backend_.copy_to_device(t.data(), region_.data() + t.ref.offset, t.ref.bytes);
-    }
-  }
-
-  kf_args args(const std::vector<double>& scalars, void* stream) {
-    abi_inputs_.clear();
-    abi_outputs_.clear();
-    for (auto& t : tensors_) {
-      kf_tensor k{};
-      k.data = t.data();
-      k.dtype = to_abi(t.ref.dtype);
-      k.ndim = static_cast<int32_t>(t.ref.shape.size());
-      int64_t stride = 1;
-      for (int d = k.ndim - 1; d >= 0; --d) {
-        k.shape[d] = t.ref.shape[d];
-        k.stride[d] = stride;
-        stride *= t.ref.shape[d];
-      }
-      (t.ref.is_output ? abi_outputs_ : abi_inputs_).push_back(k);
-    }
-    scalars_ = scalars;
-    kf_args a{};
-    a.abi_version = KFORGE_ABI_VERSION;
-    a.num_inputs = static_cast<int32_t>(abi_inputs_.size());
-    a.inputs = abi_inputs_.data();
-    a.num_outputs = static_cast<int32_t>(abi_outputs_.size());
-    a.outputs = abi_outputs_.data();
-    a.num_scalars = static_cast<int32_t>(scalars_.size());
-    a.scalars = scalars_.data();
-    a.stream = stream;
-    return a;
-  }
-
-  // Device pointers of the inputs (or outputs), in order.
-  std::vector<void*> pointers(bool outputs) const {
-    std::vector<void*> out;
-    for (const auto& t : tensors_) {
-      if (t.ref.is_output == outputs) out.push_back(t.data());
-    }
-    return out;
-  }
-
-  // Outputs back into the shared region; reports guard bands overwritten and inputs changed.
-  void download(nlohmann::json& reply) {
-    nlohmann::json guards = nlohmann::json::array();
-    nlohmann::json modified = nlohmann::json::array();
-    std::vector<std::byte> guard(kGuardBytes);
-    std::vector<std::byte> scratch;
-    for (auto& t : tensors_) {
-      for (const bool after : {false, true}) {
-        backend_.copy_to_host(guard.data(), after ? t.data() + t.ref.bytes : t.base, kGuardBytes);
-        for (size_t i = 0; i < kGuardBytes; ++i) {
-          if (guard[i] != std::byte{kGuardPattern}) {
-            const long long offset =
-                after ? static_cast<long long>(i)
-                      : static_cast<long long>(i) - static_cast<long long>(kGuardBytes);
-            guards.push_back({{"tensor", t.ref.name},
-                              {"where", after ? "after the end" : "before the start"},
-                              {"byte_offset", offset}});
-            break;
-          }
-        }
-      }
-      if (t.ref.is_output) {
-        backend_.copy_to_host(region_.data() + t.ref.offset, t.data(), t.ref.bytes);
-      } else {
-        scratch.resize(t.ref.bytes);
-        backend_.copy_to_host(scratch.data(), t.data(), t.ref.bytes);
-        if (std::memcmp(scratch.data(), region_.data() + t.ref.offset, t.ref.bytes) != 0) {
-          modified.push_back(t.ref.name);
-        }
-      }
-    }
-    reply["guard_violations"] = guards;
-    reply["inputs_modified"] = modified;
-  }
-
- private:
-  DeviceBackend& backend_;
-  const SharedRegion& region_;
-  std::vector<DeviceTensor> tensors_;
-  std::vector<kf_tensor> abi_inputs_;
-  std::vector<kf_tensor> abi_outputs_;
-  std::vector<double> scalars_;
-};
+  closedir(dir);
+  return n;
+}
 
 class Worker {
  public:
@@ -218,11 +112,16 @@ class Worker {
 
   nlohmann::json handle(const nlohmann::json& request) {
     const std::string op = request.at("op");
-    if (op == "hello") return {{"ok", true}, {"device", backend_->info()}, {"pid", getpid()}};
+    // A session lives until the next request that is not about it.
+    if (op != "replay") session_.reset();
+    if (op == "hello") {
+      return {{"ok", true}, {"device", backend_->info()}, {"pid", getpid()},
+              {"threads", count_threads()}};
+    }
     if (op == "ceilings") return {{"ok", true}, {"ceilings", backend_->measure_ceilings()}};
     if (op == "run") return run(request);
-    if (op == "bench") return bench(request);
-    if (op == "baseline") return baseline(request);
+    if (op == "measure") return measure(request);
+    if (op == "replay") return replay(request);
     if (op == "reference") return reference(request);
     throw Error(fmt::format("unknown request '{}'", op));
   }
@@ -244,23 +143,6 @@ class Worker {
             SharedRegion::open(request.at("region"), request.at("region_bytes"))};
   }
 
-  struct Prepared {
-    Entry entry;
-    SharedRegion region;
-    std::vector<TensorRef> refs;
-    std::vector<double> scalars;
-  };
-
-  Prepared prepare(const nlohmann::json& request) {
-    Prepared p;
-    p.entry = entry_for(request.at("module"));
-    RequestTensors t = open_tensors(request);
-    p.refs = std::move(t.refs);
-    p.region = std::move(t.region);
-    p.scalars = request.at("scalars").get<std::vector<double>>();
-    return p;
-  }
-
   void launch(Entry entry, const kf_args& args) {
     const int status = entry(&args);
     if (status != KF_OK) {
@@ -273,48 +155,81 @@ class Worker {
     backend_->check_launch();
   }
 
+  // One checked run: the call once as it is (lazy initialization), then made repeatable (on
+  // CUDA, captured: work outside the given stream is refused) and run from poisoned outputs.
   nlohmann::json run(const nlohmann::json& request) {
-    Prepared p = prepare(request);
-    DeviceTensors tensors(*backend_, p.region, p.refs);
-    const kf_args args = tensors.args(p.scalars, backend_->stream());
+    const Entry entry = entry_for(request.at("module"));
+    RequestTensors t = open_tensors(request);
+    DeviceTensors tensors(*backend_, t.region, t.refs);
+    const auto scalars = request.at("scalars").get<std::vector<double>>();
+    const kf_args args = tensors.args(scalars, backend_->stream());
+    const auto call = [&] { launch(entry, args); };
     const auto start = Clock::now();
-    launch(p.entry, args);
+    call();
     backend_->synchronize();
+    const std::vector<DeviceSpan> outputs = tensors.spans(true);
+    const auto repeatable = backend_->make_repeatable(call, outputs);
+    for (const auto& o : outputs)
+      backend_->poison(o);
+    repeatable->launch();
+    backend_->check_launch();
+    backend_->synchronize();
+    backend_->check_nothing_left_running(std::chrono::seconds(2));
     nlohmann::json reply = {{"ok", true}};
     reply["seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
-    tensors.download(reply);
+    reply["guard_violations"] = tensors.guard_violations();
+    reply["inputs_modified"] = tensors.inputs_modified();
+    tensors.download(true);
     return reply;
   }
 
-  nlohmann::json bench(const nlohmann::json& request) {
-    Prepared p = prepare(request);
-    DeviceTensors tensors(*backend_, p.region, p.refs);
-    const kf_args args = tensors.args(p.scalars, backend_->stream());
-    nlohmann::json reply =
-        sample(request.at("settings").get<BenchSettings>(), [&] { launch(p.entry, args); });
-    tensors.download(reply);
+  // A timed session over a module (a candidate or a library kernel) or a library call (cuBLAS).
+  nlohmann::json measure(const nlohmann::json& request) {
+    library_.reset();
+    measured_region_ = std::make_unique<RequestTensors>(open_tensors(request));
+    auto tensors = std::make_unique<DeviceTensors>(*backend_, measured_region_->region,
+                                                   measured_region_->refs);
+    const auto scalars = request.at("scalars").get<std::vector<double>>();
+    std::function<void()> call;
+    if (const std::string library = request.value("library", ""); !library.empty()) {
+      if (backend_->info().backend != "cuda") throw Error("library baselines need the CUDA backend");
+      library_ = make_library_baseline(library, request.at("sizes").get<Sizes>(),
+                                       measured_region_->refs.front().dtype,
+                                       tensors->pointers(false), tensors->pointers(true),
+                                       static_cast<cudaStream_t>(backend_->stream()));
+      call = [this] {
+        library_->call();
+        backend_->check_launch();
+      };
+    } else {
+      const Entry entry = entry_for(request.at("module"));
+      measured_args_ = tensors->args(scalars, backend_->stream());
+      call = [this, entry] { launch(entry, measured_args_); };
+    }
+    std::vector<FreshInput> fresh;
+    for (const auto& f : request.at("fresh")) {
+      FreshInput rule;
+      rule.kind = static_cast<FreshInput::Kind>(f.at("kind").get<int>());
+      rule.scale = f.at("scale");
+      rule.bound = f.at("bound");
+      rule.special = f.at("special");
+      rule.special_share = f.at("special_share");
+      fresh.push_back(rule);
+    }
+    session_ = std::make_unique<TimedSession>(*backend_, std::move(tensors), call, fresh);
+    ProbePlan probes;
+    probes.repeats = request.value("repeats", probes.repeats);
+    probes.traps = request.value("traps", probes.traps);
+    nlohmann::json reply = session_->measure(request.at("settings").get<BenchSettings>(),
+                                             request.at("seed").get<uint64_t>(), probes);
+    if (!library_) reply["threads"] = count_threads();
+    else reply["baseline"] = library_->describe();
     return reply;
   }
 
-  // Times the library call PyTorch eager would make for this problem (cuBLAS).
-  nlohmann::json baseline(const nlohmann::json& request) {
-    if (backend_->info().backend != "cuda") throw Error("library baselines need the CUDA backend");
-    const RequestTensors request_tensors = open_tensors(request);
-    const auto& refs = request_tensors.refs;
-    const SharedRegion& region = request_tensors.region;
-    DeviceTensors tensors(*backend_, region, refs);
-    const Sizes sizes = request.at("sizes").get<Sizes>();
-    auto library =
-        make_library_baseline(request.at("op_name").get<std::string>(), sizes, refs.front().dtype,
-                              tensors.pointers(false), tensors.pointers(true),
-                              static_cast<cudaStream_t>(backend_->stream()));
-    nlohmann::json reply = sample(request.at("settings").get<BenchSettings>(), [&] {
-      library->call();
-      backend_->check_launch();
-    });
-    reply["baseline"] = library->describe();
-    tensors.download(reply);
-    return reply;
+  nlohmann::json replay(const nlohmann::json& request) {
+    if (!session_) throw Error("replay: no measurement to replay (it ends with the next request)");
+    return session_->replay(request.at("index").get<size_t>());
   }
 
   // fp32 GPU reference: inputs widened on the host, outputs written as f32 into the region.
@@ -350,68 +265,58 @@ class Worker {
     return {{"ok", true}};
   }
 
-  // Warm-up, then cold-cache samples of `call` until the stopping rule says the median is known.
-  nlohmann::json sample(const BenchSettings& settings, const std::function<void()>& call) {
-    // Warm-up: module load, first-launch costs and clock ramp-up stay out of the samples.
-    const auto warm_start = Clock::now();
-    size_t warmup_runs = 0;
-    while (warmup_runs < 3 || std::chrono::duration<double>(Clock::now() - warm_start).count() <
-                                  settings.warmup_seconds) {
-      backend_->time_once(call, settings.cold_cache);
-      ++warmup_runs;
-    }
-
-    StoppingRule rule{settings.min_samples, settings.max_samples, settings.min_seconds,
-                      settings.max_seconds, settings.target_rel_stderr};
-    std::vector<double> kept;
-    size_t throttled = 0;
-    bool clock_monitored = false;
-    std::vector<int> clocks;
-    std::string reason;
-    const auto start = Clock::now();
-    for (;;) {
-      const double ms = backend_->time_once(call, settings.cold_cache);
-      const ClockReading clock = backend_->read_clock();
-      clock_monitored = clock_monitored || clock.available;
-      if (clock.available) clocks.push_back(clock.sm_clock_mhz);
-      if (clock.throttled) {
-        ++throttled;  // discarded: a throttled sample measures the cooling, not the kernel
-      } else {
-        kept.push_back(ms);
-      }
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      if (rule.should_stop(kept, elapsed, &reason)) break;
-      if (kept.empty() && elapsed > settings.max_seconds) {
-        reason = "every sample was taken while throttled";
-        break;
-      }
-    }
-    nlohmann::json reply = {{"ok", true},
-                            {"samples_ms", kept},
-                            {"throttled_samples", throttled},
-                            {"clock_monitored", clock_monitored},
-                            {"warmup_runs", warmup_runs},
-                            {"stop_reason", reason}};
-    if (!clocks.empty()) {
-      std::sort(clocks.begin(), clocks.end());
-      reply["sm_clock_mhz_median"] = clocks[clocks.size() / 2];
-    }
-    return reply;
-  }
-
   std::unique_ptr<DeviceBackend> backend_;
   std::map<std::string, std::unique_ptr<Module>> modules_;
+  // The current measurement, kept for replays. Destroyed in reverse order: session (it owns
+  // the device tensors), library call, args, region.
+  std::unique_ptr<RequestTensors> measured_region_;
+  kf_args measured_args_{};
+  std::unique_ptr<LibraryBaseline> library_;
+  std::unique_ptr<TimedSession> session_;
 };
 
-void respond(const nlohmann::json& reply) {
-  const std::string line = reply.dump() + "\n";
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(kResponseFd, line.data() + done, line.size() - done);
-    if (n <= 0) std::_Exit(4);  // kforge is gone
-    done += static_cast<size_t>(n);
+// Replies go out on the channel's OUT descriptor, whole lines only.
+class Replies {
+ public:
+  explicit Replies(int fd) : fd_(fd) {}
+  void send(nlohmann::json reply, uint64_t seq) {
+    reply["seq"] = seq;
+    const std::string line = reply.dump() + "\n";
+    size_t done = 0;
+    while (done < line.size()) {
+      const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+      if (n <= 0) std::_Exit(4);  // kforge is gone
+      done += static_cast<size_t>(n);
+    }
   }
-}
+
+ private:
+  int fd_;
+};
+
+// Reads request lines from the channel's IN descriptor.
+class Requests {
+ public:
+  explicit Requests(int fd) : fd_(fd) {}
+  bool next(std::string& line) {
+    for (;;) {
+      if (const auto nl = buffer_.find('\n'); nl != std::string::npos) {
+        line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return true;
+      }
+      char chunk[65536];
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_;
+  std::string buffer_;
+};
 
 nlohmann::json failure(const char* kind, const std::string& what) {
   return {{"ok", false}, {"kind", kind}, {"error", what}};
@@ -419,34 +324,54 @@ nlohmann::json failure(const char* kind, const std::string& what) {
 
 }  // namespace
 
-int run_worker(const std::string& backend_name, int device) {
-  std::unique_ptr<Worker> worker;
-  try {
-    worker = std::make_unique<Worker>(backend_name == "cuda" ? make_cuda_backend(device)
-                                                             : make_cpu_backend());
-  } catch (const std::exception& e) {
-    respond(
-        failure("error", fmt::format("cannot start the {} backend: {}", backend_name, e.what())));
+int run_worker(const WorkerFlags& flags) {
+  const auto channel = parse_channel(flags.channel);
+  if (!channel) {
+    fmt::print(stderr, "kforge __worker: --channel IN,OUT is required\n");
     return 2;
   }
+  limit_worker_process(static_cast<pid_t>(flags.parent), kMaxLogBytes);
+  Replies replies(channel->out);
+  Requests requests(channel->in);
   std::string line;
-  while (std::getline(std::cin, line)) {
+  std::unique_ptr<Worker> worker;
+  while (requests.next(line)) {
     if (line.empty()) continue;
+    const nlohmann::json request = nlohmann::json::parse(line, nullptr, false);
+    const uint64_t seq = request.is_object() ? request.value("seq", uint64_t{0}) : 0;
+    if (!worker) {
+      // The backend starts on the first request (hello), then the fence goes up, before any
+      // candidate code can be loaded.
+      try {
+        worker = std::make_unique<Worker>(flags.backend == "cuda" ? make_cuda_backend(flags.device)
+                                                                  : make_cpu_backend());
+      } catch (const std::exception& e) {
+        replies.send(failure("error", fmt::format("cannot start the {} backend: {}", flags.backend,
+                                                  e.what())),
+                     seq);
+        return 2;
+      }
+      if (const std::string why = forbid_new_processes(); !why.empty()) {
+        fmt::print(stderr, "kforge worker: no seccomp filter ({}); process groups only\n", why);
+      }
+    }
     try {
-      respond(worker->handle(nlohmann::json::parse(line)));
+      replies.send(worker->handle(request), seq);
     } catch (const OutOfMemory& e) {
-      respond(failure("oom", e.what()));
+      replies.send(failure("oom", e.what()), seq);
     } catch (const KernelFault& e) {
       // The device context is unusable after a fault: answer, then make way for a new worker.
-      respond(failure("fault", e.what()));
-      std::cout.flush();
+      replies.send(failure("fault", e.what()), seq);
       std::_Exit(3);
+    } catch (const IntegrityViolation& e) {
+      replies.send(failure(e.fatal() ? "fatal" : "invalid", e.what()), seq);
+      if (e.fatal()) std::_Exit(3);
     } catch (const StatusError& e) {
-      respond(failure("status", e.what()));
+      replies.send(failure("status", e.what()), seq);
     } catch (const LoadError& e) {
-      respond(failure("load", e.what()));
+      replies.send(failure("load", e.what()), seq);
     } catch (const std::exception& e) {
-      respond(failure("error", e.what()));
+      replies.send(failure("error", e.what()), seq);
     }
   }
   return 0;

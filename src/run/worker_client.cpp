@@ -4,6 +4,7 @@
 #include <atomic>
 #include <csignal>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -30,21 +31,32 @@ std::string_view verdict_name(Verdict v) {
       return "COMPILE_ERROR";
     case Verdict::rejected:
       return "REJECTED";
+    case Verdict::invalid:
+      return "INVALID";
   }
   return "?";
 }
 
 std::optional<Verdict> parse_verdict(std::string_view name) {
   for (const Verdict v : {Verdict::ok, Verdict::wrong, Verdict::crash, Verdict::timeout,
-                          Verdict::oom, Verdict::compile_error, Verdict::rejected}) {
+                          Verdict::oom, Verdict::compile_error, Verdict::rejected,
+                          Verdict::invalid}) {
     if (verdict_name(v) == name) return v;
   }
   return std::nullopt;
 }
 
+std::string truncate_middle(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  const size_t half = max_bytes / 2;
+  return fmt::format("{}\n... [{} bytes left out] ...\n{}", text.substr(0, half),
+                     text.size() - 2 * half, text.substr(text.size() - half));
+}
+
 WorkerClient::WorkerClient(WorkerOptions options) : options_(std::move(options)) {
   // A worker that dies while we write to it must not take kforge down with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  contain_child_processes();
   SharedRegion::remove_stale();
   if (options_.executable.empty()) options_.executable = fs::read_symlink("/proc/self/exe");
   if (options_.log_dir.empty()) {
@@ -68,25 +80,27 @@ void WorkerClient::ensure_started() {
   if (child_) return;
   ++started_;
   log_path_ = options_.log_dir / fmt::format("worker-{}.log", started_);
-  child_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{options_.executable.string(), "__worker", "--backend",
-                               options_.backend, "--device", std::to_string(options_.device)},
-      log_path_.string());
-  child_->send_line(R"({"op":"hello"})");
-  bool timed_out = false;
-  const auto line = child_->receive_line(options_.start_timeout, &timed_out);
-  if (!line) {
-    const ExitStatus status = child_->kill_and_wait();
+  log_read_ = 0;
+  ran_candidate_ = false;
+  // Sequence numbers start where nobody can guess them, so a forged reply cannot carry one.
+  std::random_device rd;
+  sequence_ = ((uint64_t{rd()} << 32) ^ rd()) >> 2;
+  std::vector<std::string> argv = options_.launcher;
+  for (const std::string& a :
+       {options_.executable.string(), std::string("__worker"), std::string("--backend"),
+        options_.backend, std::string("--device"), std::to_string(options_.device),
+        std::string("--parent"), std::to_string(getpid())}) {
+    argv.push_back(a);
+  }
+  child_ = std::make_unique<ChildProcess>(argv, log_path_.string());
+  const WorkerReply hello = request({{"op", "hello"}}, options_.start_timeout);
+  if (!hello.ok()) {
+    if (child_) child_->kill_and_wait();
     child_.reset();
     throw Error(fmt::format("the {} worker did not start ({}): {}", options_.backend,
-                            timed_out ? "no answer" : status.describe(), log_tail()));
+                            hello.detail, log_tail()));
   }
-  const auto reply = nlohmann::json::parse(*line);
-  if (!reply.value("ok", false)) {
-    child_.reset();
-    throw Error(reply.value("error", std::string("the worker did not start")));
-  }
-  device_ = reply.at("device").get<DeviceInfo>();
+  device_ = hello.body.at("device").get<DeviceInfo>();
 }
 
 const DeviceInfo& WorkerClient::device() {
@@ -95,8 +109,20 @@ const DeviceInfo& WorkerClient::device() {
 }
 
 void WorkerClient::restart() {
-  if (child_) child_->kill_and_wait();
+  if (child_) {
+    child_->kill_and_wait();
+    sweep_orphans();
+  }
   child_.reset();
+}
+
+std::string WorkerClient::finish() {
+  if (!child_) return "";
+  child_->close_input();
+  if (!child_->try_wait(std::chrono::minutes(2))) child_->kill_and_wait();
+  sweep_orphans();
+  child_.reset();
+  return take_output();
 }
 
 std::string WorkerClient::log_tail(size_t max_bytes) const {
@@ -108,21 +134,51 @@ std::string WorkerClient::log_tail(size_t max_bytes) const {
   return text;
 }
 
+std::string WorkerClient::take_output() {
+  std::error_code ec;
+  const auto end = static_cast<size_t>(fs::file_size(log_path_, ec));
+  if (ec || end <= log_read_) return "";
+  const size_t begin = std::exchange(log_read_, end);
+  // Keep the head and the tail of what one request printed: a candidate may print gigabytes.
+  constexpr size_t kKeep = 32 * 1024;
+  std::ifstream in(log_path_, std::ios::binary);
+  const auto read = [&](size_t from, size_t bytes) {
+    std::string text(bytes, '\0');
+    in.seekg(static_cast<std::streamoff>(from));
+    in.read(text.data(), static_cast<std::streamsize>(bytes));
+    text.resize(static_cast<size_t>(in.gcount()));
+    return text;
+  };
+  if (end - begin <= 2 * kKeep) return read(begin, end - begin);
+  return fmt::format("{}\n... [{} bytes left out] ...\n{}", read(begin, kKeep),
+                     end - begin - 2 * kKeep, read(end - kKeep, kKeep));
+}
+
 WorkerReply WorkerClient::lost_worker(const std::string& what) {
   WorkerReply reply;
   reply.verdict = Verdict::crash;
   const ExitStatus status = child_->kill_and_wait();
+  sweep_orphans();
   reply.detail = fmt::format("{}: worker {}", what, status.describe());
-  const std::string tail = log_tail(600);
-  if (!tail.empty()) reply.detail += "; its log ends: " + tail;
+  reply.output = take_output();
   child_.reset();
   return reply;
 }
 
 WorkerReply WorkerClient::request(const nlohmann::json& request,
                                   std::chrono::milliseconds timeout) {
-  ensure_started();
-  if (!child_->send_line(request.dump())) return lost_worker("request not delivered");
+  if (request.value("op", "") != "hello") ensure_started();
+  if (request.contains("module") && !request.at("module").get<std::string>().empty()) {
+    ran_candidate_ = true;
+  }
+  // The worker writes one line per request and nothing else: data waiting before a request
+  // was written by someone else, and the last reply may not have been the worker's.
+  if (child_->has_unread()) {
+    return lost_worker("the reply channel carried data nobody asked for (written by the candidate?)");
+  }
+  nlohmann::json message = request;
+  message["seq"] = ++sequence_;
+  if (!child_->send_line(message.dump())) return lost_worker("request not delivered");
   bool timed_out = false;
   const auto line = child_->receive_line(timeout, &timed_out);
   if (!line) {
@@ -130,30 +186,52 @@ WorkerReply WorkerClient::request(const nlohmann::json& request,
       // A kernel that never ends cannot be interrupted from inside; killing the process frees
       // the device.
       child_->kill_and_wait();
+      sweep_orphans();
+      WorkerReply reply{Verdict::timeout,
+                        {},
+                        fmt::format("no answer within {:.1f} s; worker killed",
+                                    static_cast<double>(timeout.count()) / 1000.0)};
+      reply.output = take_output();
       child_.reset();
-      return {Verdict::timeout,
-              {},
-              fmt::format("no answer within {:.1f} s; worker killed",
-                          static_cast<double>(timeout.count()) / 1000.0)};
+      return reply;
     }
-    return lost_worker("worker died");
+    return lost_worker("the worker closed its reply channel");
   }
   WorkerReply reply;
-  reply.body = nlohmann::json::parse(*line);
+  reply.body = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
+  // Only the worker writes whole JSON objects that answer this very request; anything else on
+  // the channel was written by candidate code, which ends the worker.
+  if (reply.body.is_discarded() || !reply.body.is_object() ||
+      reply.body.value("seq", uint64_t{0}) != sequence_) {
+    return lost_worker(fmt::format("the reply channel carried something other than the "
+                                   "worker's reply (written by the candidate?): '{}'",
+                                   truncate_middle(*line, 160)));
+  }
+  reply.output = take_output();
   if (reply.body.value("ok", false)) return reply;
   const std::string kind = reply.body.value("kind", "error");
   reply.detail = reply.body.value("error", std::string());
   if (kind == "oom") {
     reply.verdict = Verdict::oom;
-  } else if (kind == "fault") {
-    reply.verdict = Verdict::crash;
+  } else if (kind == "fault" || kind == "fatal") {
+    // The worker exits after answering: a device fault leaves its context unusable, and a
+    // fatal integrity failure leaves work running on the device.
+    reply.verdict = kind == "fault" ? Verdict::crash : Verdict::invalid;
     child_->try_wait(std::chrono::seconds(5));
     child_->kill_and_wait();
+    sweep_orphans();
     child_.reset();
   } else if (kind == "status") {
     reply.verdict = Verdict::wrong;
+  } else if (kind == "invalid") {
+    reply.verdict = Verdict::invalid;
   } else if (kind == "load") {
     reply.verdict = Verdict::compile_error;
+  } else if (ran_candidate_) {
+    // Candidate code shares the worker's process; an error there may be its doing.
+    reply.verdict = Verdict::crash;
+    reply.detail = "the worker failed: " + reply.detail;
+    restart();
   } else {
     throw Error(fmt::format("worker error: {}", reply.detail));
   }

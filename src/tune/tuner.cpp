@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/bencher.h"
+#include "bench/measurement.h"
 #include "core/error.h"
 #include "core/run_info.h"
 #include "device/cublas_ops.h"
@@ -50,6 +50,12 @@ EvaluationRecord new_record(const TuneProblem& problem, const std::string& devic
 Variant variant_at(const SearchSpace& space, size_t point, DType dtype, const std::string& arch) {
   const KernelFile& file = *space.files()[space.point(point).file];
   return Variant::make(file, space.values(point), dtype, arch);
+}
+
+// A failure's detail, with the start of what the kernel printed when it printed anything.
+std::string with_output(std::string detail, const std::string& output) {
+  if (!output.empty()) detail += "; it printed: " + truncate_middle(output, 300);
+  return detail;
 }
 
 // The last lines of a compiler log: enough to see the error in a table or a database row.
@@ -184,22 +190,41 @@ class LiveEvaluator final : public Evaluator {
         checker_.run_case(op, build, "smoke", smoke.label, smoke.sizes, InputKind::normal,
                           derive_seed(input_seed_, "smoke", point), 1.0,
                           default_timeout(op, smoke.sizes, problem_.dtype));
-    if (s.verdict != Verdict::ok) return fail(s.verdict, "smoke", s.detail);
+    if (s.verdict != Verdict::ok) return fail(s.verdict, "smoke", with_output(s.detail, s.output));
 
     const auto timeout = default_timeout(op, problem_.sizes, problem_.dtype);
     const CaseResult g = checker_.run_prepared(
         op, build, fixture(), expected_,
         CaseResult{"gate", "tuned", problem_.sizes, problem_.dtype, InputKind::normal, input_seed_},
         1.0, timeout);
-    if (g.verdict != Verdict::ok) return fail(g.verdict, "gate", g.detail);
+    if (g.verdict != Verdict::ok) return fail(g.verdict, "gate", with_output(g.detail, g.output));
     if (g.skipped) return fail(Verdict::rejected, "gate", g.detail);
 
-    const WorkerReply reply = time_on_tensors(worker_, op, problem_.sizes, fixture(), "bench",
-                                              build.module, options_.bench, timeout);
-    if (!reply.ok()) return fail(reply.verdict, "timing", reply.detail);
-    r.stats = summarize(reply.body.at("samples_ms").get<std::vector<double>>());
+    MeasureOptions measure_options;
+    measure_options.settings = options_.bench;
+    measure_options.random_checks = 0;  // the fastest, the median and the trap are checked
+    measure_options.timeout = timeout;
+    const Measurement m = measure(checker_, worker_, op, problem_.sizes, problem_.dtype,
+                                  TimedTarget{build.module}, options_.ceilings, measure_options,
+                                  &measured_inputs());
+    if (!m.timed()) {
+      std::string detail = m.verdict == Verdict::ok ? "no sample kept: " + m.stop_reason : m.detail;
+      if (!m.output.empty()) detail += "; it printed: " + truncate_middle(m.output, 300);
+      return fail(m.verdict == Verdict::ok ? Verdict::invalid : m.verdict, "timing", detail);
+    }
+    r.stats = m.stats;
     r.stage = "timed";
     return r;
+  }
+
+  // Inputs for the first, untimed call of each measurement (the timed samples draw their own).
+  // Kept apart from the gate's fixture: a measurement leaves its last checked sample here.
+  CaseTensors& measured_inputs() {
+    if (!measured_) {
+      measured_.emplace(*problem_.op, problem_.sizes, problem_.dtype);
+      measured_->generate_inputs(InputKind::normal, derive_seed(input_seed_, "measure", 0));
+    }
+    return *measured_;
   }
 
   const SearchSpace& space_;
@@ -216,6 +241,7 @@ class LiveEvaluator final : public Evaluator {
   uint64_t input_seed_;
   std::deque<Pending> pending_;
   std::optional<CaseTensors> tensors_;
+  std::optional<CaseTensors> measured_;
   std::vector<std::vector<double>> expected_;
   size_t evaluated_on_device_ = 0;
   std::mutex compile_mutex_;

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check/checker.h"
+#include "device/ceilings.h"
 #include "ops/op_spec.h"
 #include "run/protocol.h"
 #include "tune/results_db.h"
@@ -51,6 +52,8 @@ struct TuneOptions {
   std::string arch;            // empty: the device's default
   BenchSettings bench = tuning_bench_settings();
   bool final_check = true;   // five stages on the winner
+  // Measured ceilings of the device: times beyond them are refused (bench/limits.h).
+  const Ceilings* ceilings = nullptr;
   bool use_database = true;  // false: evaluate again even when recorded (results replaced)
 };
 

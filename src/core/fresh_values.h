@@ -1,0 +1,82 @@
+// Fresh input values for timed samples, and digests of outputs, computed the same way on the
+// host (CPU backend) and in device kernels (CUDA backend). Header-only and plain enough for
+// nvcc and a C++ compiler alike.
+//
+// Every timed sample redraws its inputs from a seed nobody can predict, so a kernel cannot
+// reuse work from an earlier call; value i of a tensor is a pure function of (seed, i), so a
+// row can be redrawn on its own and any sample can be recreated later from its seed.
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define KF_HOST_DEVICE __host__ __device__
+#else
+#define KF_HOST_DEVICE
+#endif
+
+namespace kforge {
+
+// How one input tensor is redrawn before every timed sample.
+struct FreshInput {
+  enum class Kind : int32_t {
+    normal,  // approximately normal values (mean 0, standard deviation `scale`)
+    index,   // integers uniform in [0, bound), or `special` with probability `special_share`
+    keep,    // not redrawn (tables whose structure the op relies on, e.g. RoPE's cos/sin)
+  };
+  Kind kind = Kind::normal;
+  double scale = 1.0;
+  int64_t bound = 0;
+  int64_t special = 0;
+  double special_share = 0.0;
+};
+
+namespace fresh {
+
+// splitmix64's finalizer: every output bit depends on every input bit.
+KF_HOST_DEVICE inline uint64_t mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+KF_HOST_DEVICE inline uint64_t bits_at(uint64_t seed, uint64_t i) {
+  return mix(seed ^ mix(i + 0x9e3779b97f4a7c15ull));
+}
+
+// Sum of four 16-bit uniforms (Irwin-Hall), centred and scaled to unit variance: close to a
+// standard normal, bounded by ±3.46, and computed in exact integer arithmetic up to one final
+// rounding, so host and device agree bit for bit.
+KF_HOST_DEVICE inline float normal_at(uint64_t seed, uint64_t i) {
+  const uint64_t h = bits_at(seed, i);
+  const uint32_t sum = static_cast<uint32_t>(h & 0xffff) + static_cast<uint32_t>((h >> 16) & 0xffff) +
+                       static_cast<uint32_t>((h >> 32) & 0xffff) + static_cast<uint32_t>(h >> 48);
+  // Mean 4 * 32767.5; standard deviation sqrt(4 * (65536^2 - 1) / 12).
+  return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);
+}
+
+KF_HOST_DEVICE inline int64_t index_at(uint64_t seed, uint64_t i, int64_t bound, int64_t special,
+                                       double special_share) {
+  const uint64_t h = bits_at(seed, i);
+  // The top 24 bits decide `special`, the rest pick the index.
+  const double u = static_cast<double>(h >> 40) * (1.0 / 16777216.0);
+  if (u < special_share) return special;
+  return bound > 0 ? static_cast<int64_t>((h & 0xffffffffffull) % static_cast<uint64_t>(bound)) : 0;
+}
+
+// A digest of a buffer is the sum, modulo 2^64, of one term per element: the same whatever the
+// order the terms are added in, so a parallel reduction gives the same digest as a loop.
+KF_HOST_DEVICE inline uint64_t digest_term(uint64_t i, uint64_t element_bits) {
+  return mix(element_bits ^ mix(i ^ 0x5851f42d4c957f2dull));
+}
+
+// Poisoned outputs have every bit set: a NaN in each floating type, -1 in the integer ones.
+KF_HOST_DEVICE inline bool is_poison(uint64_t element_bits, int element_bytes) {
+  const uint64_t all = element_bytes >= 8 ? ~0ull : ((1ull << (8 * element_bytes)) - 1);
+  return element_bits == all;
+}
+
+}  // namespace fresh
+}  // namespace kforge

@@ -1,0 +1,125 @@
+#include "device/integrity_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace kforge {
+namespace {
+
+// Enough blocks to fill an H100/H200 several times; grid-stride loops do the rest.
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 132 * 8;
+
+int blocks_for(int64_t n) {
+  return static_cast<int>(std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, (n + kThreads - 1) / kThreads)));
+}
+
+template <typename T>
+__device__ T from_float(float x);
+template <>
+__device__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename T>
+__global__ void fill_normal_kernel(T* out, int64_t begin, int64_t end, float scale, uint64_t seed) {
+  for (int64_t i = begin + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < end;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    out[i] = from_float<T>(__fmul_rn(fresh::normal_at(seed, static_cast<uint64_t>(i)), scale));
+  }
+}
+
+template <typename T>
+__global__ void fill_index_kernel(T* out, int64_t begin, int64_t end, int64_t bound,
+                                  int64_t special, double special_share, uint64_t seed) {
+  for (int64_t i = begin + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < end;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    out[i] = static_cast<T>(
+        fresh::index_at(seed, static_cast<uint64_t>(i), bound, special, special_share));
+  }
+}
+
+template <typename Bits>
+__global__ void digest_kernel(const Bits* data, int64_t count, unsigned long long* result) {
+  unsigned long long hash = 0, poisoned = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t bits = static_cast<uint64_t>(data[i]);
+    hash += fresh::digest_term(static_cast<uint64_t>(i), bits);
+    poisoned += fresh::is_poison(bits, sizeof(Bits)) ? 1 : 0;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    hash += __shfl_down_sync(0xffffffffu, hash, offset);
+    poisoned += __shfl_down_sync(0xffffffffu, poisoned, offset);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(&result[0], hash);
+    atomicAdd(&result[1], poisoned);
+  }
+}
+
+}  // namespace
+
+void launch_fill_fresh(void* data, kf_dtype dtype, int64_t begin, int64_t end,
+                       const FreshInput& rule, uint64_t seed, cudaStream_t stream) {
+  if (end <= begin || rule.kind == FreshInput::Kind::keep) return;
+  const int blocks = blocks_for(end - begin);
+  const auto scale = static_cast<float>(rule.scale);
+  if (rule.kind == FreshInput::Kind::index) {
+    if (dtype == KF_DTYPE_I64) {
+      fill_index_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<int64_t*>(data), begin, end,
+                                                         rule.bound, rule.special,
+                                                         rule.special_share, seed);
+    } else {
+      fill_index_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<int32_t*>(data), begin, end,
+                                                         rule.bound, rule.special,
+                                                         rule.special_share, seed);
+    }
+    return;
+  }
+  switch (dtype) {
+    case KF_DTYPE_F16:
+      fill_normal_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half*>(data), begin, end,
+                                                          scale, seed);
+      break;
+    case KF_DTYPE_BF16:
+      fill_normal_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(data), begin,
+                                                          end, scale, seed);
+      break;
+    default:
+      fill_normal_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<float*>(data), begin, end,
+                                                          scale, seed);
+      break;
+  }
+}
+
+void launch_digest(const void* data, int64_t count, int element_bytes, unsigned long long* result,
+                   cudaStream_t stream) {
+  cudaMemsetAsync(result, 0, 2 * sizeof(unsigned long long), stream);
+  if (count <= 0) return;
+  const int blocks = blocks_for(count);
+  switch (element_bytes) {
+    case 2:
+      digest_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint16_t*>(data), count,
+                                                     result);
+      break;
+    case 8:
+      digest_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint64_t*>(data), count,
+                                                     result);
+      break;
+    default:
+      digest_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint32_t*>(data), count,
+                                                     result);
+      break;
+  }
+}
+
+}  // namespace kforge

@@ -1,0 +1,23 @@
+// What a worker does to itself before it loads any candidate code, so that the candidate
+// cannot reach beyond the worker: no new processes or programs, no signals or ptrace to other
+// processes, the first to go when memory runs out, and gone when kforge is gone.
+#pragma once
+
+#include <string>
+#include <sys/types.h>
+
+namespace kforge {
+
+// Dies with kforge (SIGKILL when the parent `kforge_pid` exits, checked once more after it is
+// set), asks the kernel to pick this process first when memory runs out, writes no core dumps
+// and no file larger than `max_file_bytes` (whatever a candidate prints lands in a log file).
+void limit_worker_process(pid_t kforge_pid, long long max_file_bytes);
+
+// Installs a seccomp filter: fork, vfork, execve and clone without CLONE_THREAD fail with
+// EPERM (threads are still allowed), clone3 with ENOSYS (glibc then falls back to clone);
+// kill, tgkill and tkill may reach only this process; ptrace, process_vm_readv/writev and
+// pidfd_send_signal fail. Returns "" when installed, else why not (the caller logs it and
+// goes on with process groups as the only fence).
+std::string forbid_new_processes();
+
+}  // namespace kforge

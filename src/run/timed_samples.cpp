@@ -1,0 +1,206 @@
+#include "run/timed_samples.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "bench/statistics.h"
+#include "core/error.h"
+#include "core/random.h"
+
+namespace kforge {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+const char* kind_name(int kind) {
+  return kind == 0 ? "timed" : kind == 1 ? "repeat" : "trap";
+}
+
+// Positions of the probes among the first `min_samples` samples: never the first two, never
+// next to each other, so each probe follows a plain timed sample whose inputs it reuses.
+std::map<size_t, int> probe_positions(const ProbePlan& plan, size_t min_samples, Rng& rng) {
+  std::vector<size_t> candidates;
+  for (size_t i = 2; i < min_samples; ++i)
+    candidates.push_back(i);
+  for (size_t i = candidates.size(); i > 1; --i)
+    std::swap(candidates[i - 1], candidates[rng.next() % i]);
+  std::map<size_t, int> picked;  // position -> 1 repeat, 2 trap
+  const auto free_at = [&](size_t p) {
+    return !picked.contains(p) && !picked.contains(p - 1) && !picked.contains(p + 1);
+  };
+  int repeats = plan.repeats, traps = plan.traps;
+  for (const size_t p : candidates) {
+    if (repeats == 0 && traps == 0) break;
+    if (!free_at(p)) continue;
+    picked[p] = traps > 0 ? 2 : 1;
+    (traps > 0 ? traps : repeats) -= 1;
+  }
+  return picked;
+}
+
+}  // namespace
+
+TimedSession::TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors> tensors,
+                           std::function<void()> call, std::vector<FreshInput> fresh)
+    : backend_(backend),
+      tensors_(std::move(tensors)),
+      call_(std::move(call)),
+      fresh_(std::move(fresh)),
+      inputs_(tensors_->spans(false)),
+      outputs_(tensors_->spans(true)) {
+  // The first call on these buffers does whatever a kernel initializes lazily (its workspace,
+  // function attributes), so that the captured call is the steady one.
+  call_();
+  backend_.synchronize();
+  repeatable_ = backend_.make_repeatable(call_, outputs_);
+}
+
+uint64_t TimedSession::inputs_seed(size_t index) const {
+  return fresh::mix(seed_ ^ fresh::mix(index + 1));
+}
+
+void TimedSession::prepare_inputs(const Sample& sample) {
+  const uint64_t seed = inputs_seed(sample.inputs_from);
+  for (size_t t = 0; t < inputs_.size(); ++t) {
+    backend_.fill_fresh(inputs_[t], 0, inputs_[t].count, fresh_.at(t), fresh::mix(seed + t));
+  }
+  if (sample.trap_row >= 0 && !inputs_.empty()) {
+    const TensorRef& first = tensors_->refs().front();
+    const int64_t row = first.shape.empty() ? 1 : first.shape.back();
+    backend_.fill_fresh(inputs_[0], sample.trap_row * row, (sample.trap_row + 1) * row, fresh_.at(0),
+                        sample.trap_seed);
+  }
+}
+
+double TimedSession::take(const Sample& sample, bool cold_cache) {
+  prepare_inputs(sample);
+  for (const auto& o : outputs_)
+    backend_.poison(o);
+  return backend_.time_once([this] { repeatable_->launch(); }, cold_cache);
+}
+
+nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t seed,
+                                     const ProbePlan& probes) {
+  seed_ = seed;
+  cold_cache_ = settings.cold_cache;
+  samples_.clear();
+  Rng rng(seed, 0x70726f6265);
+  const std::map<size_t, int> positions = probe_positions(probes, settings.min_samples, rng);
+  const TensorRef* first_input = nullptr;
+  for (const auto& r : tensors_->refs()) {
+    if (!r.is_output) {
+      first_input = &r;
+      break;
+    }
+  }
+  int64_t rows = 0;
+  if (first_input) {
+    const int64_t row = first_input->shape.empty() ? 1 : std::max<int64_t>(1, first_input->shape.back());
+    rows = static_cast<int64_t>(first_input->bytes / dtype_size(first_input->dtype)) / row;
+  }
+
+  // Warm-up: module load, first-launch costs and clock ramp-up stay out of the samples. Its
+  // inputs come from seeds past any sample's.
+  const auto warm_start = Clock::now();
+  size_t warmup_runs = 0;
+  while (warmup_runs < 3 || seconds_since(warm_start) < settings.warmup_seconds) {
+    Sample warm;
+    warm.inputs_from = (size_t{1} << 40) + warmup_runs;
+    take(warm, settings.cold_cache);
+    ++warmup_runs;
+  }
+
+  StoppingRule rule{settings.min_samples, settings.max_samples, settings.min_seconds,
+                    settings.max_seconds, settings.target_rel_stderr};
+  std::vector<double> kept;  // plain timed samples, not throttled: what the result is made of
+  size_t throttled = 0;
+  bool clock_monitored = false;
+  std::vector<int> clocks;
+  std::string reason;
+  nlohmann::json records = nlohmann::json::array();
+  const auto start = Clock::now();
+  for (size_t i = 0;; ++i) {
+    Sample s;
+    s.inputs_from = i;
+    if (const auto it = positions.find(i); it != positions.end()) {
+      s.kind = it->second == 2 ? Sample::Kind::trap : Sample::Kind::repeat;
+      s.inputs_from = i - 1;
+      if (s.kind == Sample::Kind::trap && rows > 0) {
+        s.trap_row = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(rows));
+        s.trap_seed = fresh::mix(seed ^ fresh::mix(0x74726170ull + i));
+      }
+    }
+    samples_.push_back(s);
+    const double ms = take(s, settings.cold_cache);
+    const ClockReading clock = backend_.read_clock();
+    const OutputDigest d = backend_.digest(outputs_);
+    clock_monitored = clock_monitored || clock.available;
+    if (clock.available) clocks.push_back(clock.sm_clock_mhz);
+    // A throttled sample measures the cooling, not the kernel: it is kept out of the result.
+    if (clock.throttled) ++throttled;
+    if (s.kind == Sample::Kind::timed && !clock.throttled) kept.push_back(ms);
+    records.push_back({{"index", i},
+                       {"kind", kind_name(static_cast<int>(s.kind))},
+                       {"ms", ms},
+                       {"throttled", clock.throttled},
+                       {"inputs_from", s.inputs_from},
+                       {"trap_row", s.trap_row},
+                       {"digest", d.hash},
+                       {"poisoned", d.poisoned}});
+    if (d.poisoned > 0) {
+      reason = fmt::format("sample {} left {} output elements unwritten", i, d.poisoned);
+      break;
+    }
+    const double elapsed = seconds_since(start);
+    if (rule.should_stop(kept, elapsed, &reason)) break;
+    if (kept.empty() && elapsed > settings.max_seconds) {
+      reason = "every sample was taken while throttled";
+      break;
+    }
+  }
+  backend_.check_nothing_left_running(std::chrono::seconds(2));
+  nlohmann::json reply = {{"ok", true},
+                          {"samples", records},
+                          {"throttled_samples", throttled},
+                          {"clock_monitored", clock_monitored},
+                          {"warmup_runs", warmup_runs},
+                          {"stop_reason", reason},
+                          {"guard_violations", tensors_->guard_violations()}};
+  if (!clocks.empty()) {
+    std::sort(clocks.begin(), clocks.end());
+    reply["sm_clock_mhz_median"] = clocks[clocks.size() / 2];
+  }
+  return reply;
+}
+
+nlohmann::json TimedSession::replay(size_t index) {
+  if (index >= samples_.size()) throw Error(fmt::format("no sample {} to replay", index));
+  const Sample& s = samples_[index];
+  // The inputs as the sample saw them go to kforge before the call, and must be unchanged after.
+  prepare_inputs(s);
+  const OutputDigest inputs_before = backend_.digest(inputs_);
+  tensors_->download(false);
+  for (const auto& o : outputs_)
+    backend_.poison(o);
+  const double ms = backend_.time_once([this] { repeatable_->launch(); }, cold_cache_);
+  const OutputDigest d = backend_.digest(outputs_);
+  const OutputDigest inputs_after = backend_.digest(inputs_);
+  backend_.check_nothing_left_running(std::chrono::seconds(2));
+  tensors_->download(true);
+  return {{"ok", true},
+          {"index", index},
+          {"ms", ms},
+          {"digest", d.hash},
+          {"poisoned", d.poisoned},
+          {"inputs_changed", !(inputs_before == inputs_after)},
+          {"guard_violations", tensors_->guard_violations()}};
+}
+
+}  // namespace kforge

@@ -1,0 +1,70 @@
+// Worker side of a measurement (docs/integrity.md): the candidate's call made repeatable (on
+// CUDA: captured into a graph, with work outside the given stream refused), then samples until
+// the stopping rule is met. Before every sample the inputs are redrawn on the device from a seed
+// nobody can predict and the outputs are poisoned; after it, a digest of the outputs is taken
+// and any element left unwritten ends the sampling. A few probes sit among the samples: repeats
+// of the previous sample's inputs (a kernel that reuses work shows up as faster there) and a
+// trap that changes one row of them (a kernel that reuses work returns the old outputs). The
+// session is kept until the next request, so kforge can ask for any sample again (`replay`)
+// and check it against the reference.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "device/backend.h"
+#include "run/device_tensors.h"
+#include "run/protocol.h"
+
+namespace kforge {
+
+// What sits among the timed samples, at positions drawn from the measurement's seed.
+struct ProbePlan {
+  int repeats = 3;
+  int traps = 1;
+};
+
+class TimedSession {
+ public:
+  // `call` runs the candidate (or library) once on `tensors`; it has not run yet. `fresh` says
+  // how each input is redrawn. Throws IntegrityViolation when the call cannot be made
+  // repeatable (see DeviceBackend::make_repeatable).
+  TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors> tensors,
+               std::function<void()> call, std::vector<FreshInput> fresh);
+
+  // Warm-up, then samples until `settings`' stopping rule is met: {"samples": [...], ...}.
+  nlohmann::json measure(const BenchSettings& settings, uint64_t seed, const ProbePlan& probes);
+  // Sample `index` again exactly as it was taken (same inputs, same procedure), then its inputs
+  // and outputs into the shared region: {"digest", "poisoned", "inputs_changed", ...}.
+  nlohmann::json replay(size_t index);
+
+ private:
+  struct Sample {
+    enum class Kind { timed, repeat, trap } kind = Kind::timed;
+    size_t inputs_from = 0;  // the sample whose inputs this one uses (itself, or the one before)
+    int64_t trap_row = -1;
+    uint64_t trap_seed = 0;
+  };
+
+  uint64_t inputs_seed(size_t index) const;
+  void prepare_inputs(const Sample& sample);
+  // One sample: inputs, poisoned outputs, the timed launch; returns milliseconds.
+  double take(const Sample& sample, bool cold_cache);
+
+  DeviceBackend& backend_;
+  std::unique_ptr<DeviceTensors> tensors_;
+  std::function<void()> call_;
+  std::unique_ptr<RepeatableCall> repeatable_;
+  std::vector<FreshInput> fresh_;
+  std::vector<DeviceSpan> inputs_;
+  std::vector<DeviceSpan> outputs_;
+  uint64_t seed_ = 0;
+  bool cold_cache_ = true;
+  std::vector<Sample> samples_;
+};
+
+}  // namespace kforge

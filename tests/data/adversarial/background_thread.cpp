@@ -1,0 +1,17 @@
+/* kforge
+ * op: rmsnorm
+ * backend: cpu
+ * dtypes: f16, bf16, f32
+ */
+// Adversarial: returns at once and leaves the work to a thread of its own, so the timer stops
+// before the work is done. A call may not leave threads running after it returns.
+// expect: check=INVALID bench=INVALID tune=loses
+#include <thread>
+
+#include "honest_rmsnorm_cpu.h"
+
+KFORGE_ENTRY int kforge_run(const kf_args* args) {
+  const kf_args copy = *args;
+  std::thread([copy] { honest_rmsnorm(&copy); }).detach();
+  return KF_OK;
+}
