@@ -102,6 +102,13 @@ class ProgressBar {
   bool open_ = false;
 };
 
+// An estimated count to the three significant digits its sample supports.
+double significant_digits(double count) {
+  if (count <= 0) return 0;
+  const double unit = std::pow(10.0, std::floor(std::log10(count)) - 2);
+  return std::round(count / unit) * unit;
+}
+
 void print_report(const TuneReport& report, const std::vector<KernelFile>& files, const OpSpec& op,
                   const std::optional<Ceilings>& ceilings, size_t top) {
   const Cost cost = op.cost(report.problem.sizes, report.problem.dtype);
@@ -141,14 +148,27 @@ void print_report(const TuneReport& report, const std::vector<KernelFile>& files
     }
   }
 
-  fmt::print("\nspace      {:.0f} raw combinations, {} feasible after pruning ({:.1f} ms)\n",
-             report.raw_size, report.feasible, report.solve_seconds * 1e3);
+  if (report.counts_estimated()) {
+    fmt::print(
+        "\nspace      {:.0f} raw combinations, about {:.0f} feasible after pruning (estimated from "
+        "{} random samples; {:.1f} ms)\n",
+        report.raw_size, significant_digits(static_cast<double>(report.feasible)),
+        report.estimate_samples, report.solve_seconds * 1e3);
+  } else {
+    fmt::print("\nspace      {:.0f} raw combinations, {} feasible after pruning ({:.1f} ms)\n",
+               report.raw_size, report.feasible, report.solve_seconds * 1e3);
+  }
   std::vector<std::pair<std::string, double>> pruned(report.pruned_before_compile.begin(),
                                                      report.pruned_before_compile.end());
   std::sort(pruned.begin(), pruned.end(),
             [](const auto& a, const auto& b) { return a.second > b.second; });
-  for (const auto& [why, count] : pruned)
-    fmt::print("  pruned   {:>10.0f}  {}\n", count, why);
+  for (const auto& [why, count] : pruned) {
+    if (report.counts_estimated()) {
+      fmt::print("  pruned  ≈ {:>10.0f}  {}\n", significant_digits(count), why);
+    } else {
+      fmt::print("  pruned   {:>10.0f}  {}\n", count, why);
+    }
+  }
   for (const auto& [why, count] : report.rejected_after_compile)
     fmt::print("  rejected {:>10}  {} (after compiling)\n", count, why);
   for (const auto& [why, count] : report.failed)

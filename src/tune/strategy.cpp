@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -12,28 +14,89 @@
 namespace kforge {
 namespace {
 
-constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+// A uniform draw from [0, n). The modulo's bias is at most n / 2^64: under 10^-6 up to 10^13
+// points.
+uint64_t uniform_below(Rng& rng, uint64_t n) {
+  return rng.next() % n;
+}
+
+// Draws the feasible points of the space, or of one file, in uniformly random order, each at
+// most once, skipping the points a strategy has taken already (proposed by other means).
+//
+// In a ranked space, this is a Fisher-Yates shuffle of the ranks, kept sparse: only positions
+// that a swap moved are stored, so memory grows with the draws, never with the space. When the
+// counts are estimated there are no ranks, and it is rejection sampling of raw ids: just as
+// uniform, at 1 / (feasible share) feasibility checks a draw; it gives up after
+// kRejectionDrawLimit checks, so a space that is almost all infeasible ends the search instead
+// of stalling it.
+class UniformDraw {
+ public:
+  static constexpr uint64_t kRejectionDrawLimit = 1'000'000;
+
+  UniformDraw(const SearchSpace& space, std::optional<int> file) : space_(space) {
+    if (space.ranked()) {
+      begin_ = file ? space.rank_begin(*file) : 0;
+      end_ = file ? space.rank_begin(*file + 1) : space.size();
+    } else {
+      begin_ = file ? space.first_id(*file) : 0;
+      end_ = file ? space.first_id(*file + 1) : space.raw_end();
+    }
+    next_ = begin_;
+  }
+
+  std::optional<PointId> next(Rng& rng, const std::unordered_set<PointId>& taken) {
+    if (!space_.ranked()) {
+      if (begin_ == end_) return std::nullopt;
+      for (uint64_t draw = 0; draw < kRejectionDrawLimit; ++draw) {
+        const PointId id = begin_ + uniform_below(rng, end_ - begin_);
+        if (!taken.contains(id) && space_.feasible(id)) return id;
+      }
+      return std::nullopt;
+    }
+    while (next_ < end_) {
+      // Swap a uniform pick of the positions left into position next_, which is then done.
+      const uint64_t pick = next_ + uniform_below(rng, end_ - next_);
+      const uint64_t rank = at(pick);
+      if (pick != next_) moved_[pick] = at(next_);
+      moved_.erase(next_);
+      ++next_;
+      const PointId id = space_.nth(rank);
+      if (!taken.contains(id)) return id;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  uint64_t at(uint64_t position) const {
+    const auto it = moved_.find(position);
+    return it == moved_.end() ? position : it->second;
+  }
+
+  const SearchSpace& space_;
+  uint64_t begin_ = 0;  // ranks when the space is ranked, else raw ids
+  uint64_t end_ = 0;
+  uint64_t next_ = 0;                             // ranked: positions before it are drawn
+  std::unordered_map<uint64_t, uint64_t> moved_;  // position -> the rank now there
+};
 
 // What every strategy keeps: the space, a seeded generator, which points were proposed, and
-// the costs observed so far.
+// the costs observed so far; sets and maps of those points, never arrays over the space.
 class StrategyBase : public Strategy {
  protected:
   StrategyBase(const SearchSpace& space, uint64_t seed)
-      : space_(space),
-        rng_(seed, 0x7475'6e65),
-        proposed_(space.size(), false),
-        cost_(space.size(), kUnknown) {}
+      : space_(space), rng_(seed, 0x7475'6e65), any_point_(space, std::nullopt) {}
 
-  size_t uniform_index(size_t n) { return static_cast<size_t>(rng_.next() % n); }
-  bool was_proposed(size_t p) const { return proposed_[p]; }
-  size_t mark(size_t p) {
-    proposed_[p] = true;
+  size_t uniform_index(size_t n) { return static_cast<size_t>(uniform_below(rng_, n)); }
+  bool was_proposed(PointId p) const { return proposed_.contains(p); }
+  PointId mark(PointId p) {
+    proposed_.insert(p);
     ++proposals_;
     return p;
   }
-  bool observed(size_t p) const { return !std::isnan(cost_[p]); }
+  bool observed(PointId p) const { return cost_.contains(p); }
+  double cost_of(PointId p) const { return cost_.at(p); }
   size_t outstanding() const { return proposals_ - observations_; }
-  void record(size_t p, double cost) {
+  void record(PointId p, double cost) {
     cost_[p] = cost;
     ++observations_;
     if (cost < best_cost_) {
@@ -42,78 +105,70 @@ class StrategyBase : public Strategy {
     }
   }
 
-  // A point nobody proposed yet, uniformly (rejection sampling first; a scan once the space
-  // is mostly used up).
-  std::optional<size_t> random_unproposed() {
-    if (proposals_ >= space_.size()) return std::nullopt;
-    for (int attempt = 0; attempt < 64; ++attempt) {
-      const size_t p = uniform_index(space_.size());
-      if (!proposed_[p]) return p;
-    }
-    const size_t start = uniform_index(space_.size());
-    for (size_t i = 0; i < space_.size(); ++i) {
-      const size_t p = (start + i) % space_.size();
-      if (!proposed_[p]) return p;
-    }
-    return std::nullopt;
-  }
+  // A feasible point nobody proposed yet, uniformly among them.
+  std::optional<PointId> random_unproposed() { return any_point_.next(rng_, proposed_); }
 
   // The default point of the first file that has a feasible one: the hand-picked start.
-  std::optional<size_t> default_start() const {
+  std::optional<PointId> default_start() const {
     for (size_t f = 0; f < space_.files().size(); ++f) {
       if (const auto p = space_.default_point(static_cast<int>(f))) return p;
     }
     return std::nullopt;
   }
 
-  void shuffle(std::vector<size_t>& v) {
+  void shuffle(std::vector<PointId>& v) {
     for (size_t i = v.size(); i > 1; --i)
       std::swap(v[i - 1], v[uniform_index(i)]);
   }
 
   const SearchSpace& space_;
   Rng rng_;
-  std::vector<bool> proposed_;
-  std::vector<double> cost_;
+  std::unordered_set<PointId> proposed_;
+  std::unordered_map<PointId, double> cost_;
   size_t proposals_ = 0;
   size_t observations_ = 0;
-  std::optional<size_t> best_;
+  std::optional<PointId> best_;
   double best_cost_ = std::numeric_limits<double>::infinity();
-};
-
-// Every point, in the space's order.
-class Exhaustive final : public StrategyBase {
- public:
-  Exhaustive(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {}
-  std::optional<size_t> propose() override {
-    if (next_ >= space_.size()) return std::nullopt;
-    return mark(next_++);
-  }
-  void observe(size_t p, double cost) override { record(p, cost); }
 
  private:
-  size_t next_ = 0;
+  UniformDraw any_point_;
+};
+
+// Every point, in the space's order (ids increasing).
+class Exhaustive final : public StrategyBase {
+ public:
+  Exhaustive(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {
+    if (!space.ranked() || space.size() > kExhaustiveLimit) {
+      throw UsageError(fmt::format(
+          "exhaustive search evaluates every feasible variant, at most {}; this space has {} of "
+          "{:.0f} raw combinations: use --strategy random, local or evolution with a budget "
+          "(--budget N or --time S), or hold tunables fixed with --fix NAME=VALUE",
+          kExhaustiveLimit,
+          space.ranked() ? fmt::format("{} feasible variants", space.size())
+                         : fmt::format("about {} feasible variants (estimated from {} samples)",
+                                       space.size(), space.estimate_samples()),
+          space.raw_size()));
+    }
+  }
+  std::optional<PointId> propose() override {
+    if (next_ >= space_.size()) return std::nullopt;
+    return mark(space_.nth(next_++));
+  }
+  void observe(PointId p, double cost) override { record(p, cost); }
+
+ private:
+  uint64_t next_ = 0;
 };
 
 // Uniform sampling without replacement: the baseline any smarter strategy must beat.
 class RandomSearch final : public StrategyBase {
  public:
-  RandomSearch(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {
-    order_.resize(space.size());
-    for (size_t i = 0; i < order_.size(); ++i)
-      order_[i] = i;
+  RandomSearch(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {}
+  std::optional<PointId> propose() override {
+    const auto p = random_unproposed();
+    return p ? std::optional(mark(*p)) : std::nullopt;
   }
-  std::optional<size_t> propose() override {
-    // Incremental Fisher-Yates: position next_ gets a uniform pick of the rest.
-    if (next_ >= order_.size()) return std::nullopt;
-    std::swap(order_[next_], order_[next_ + uniform_index(order_.size() - next_)]);
-    return mark(order_[next_++]);
-  }
-  void observe(size_t p, double cost) override { record(p, cost); }
-
- private:
-  std::vector<size_t> order_;
-  size_t next_ = 0;
+  void observe(PointId p, double cost) override { record(p, cost); }
 };
 
 // Iterated local search, one climber per kernel file. A climber starts from its file's
@@ -128,7 +183,7 @@ class LocalSearch final : public StrategyBase {
   LocalSearch(const SearchSpace& space, uint64_t seed)
       : StrategyBase(space, seed), climbers_(space.files().size()) {}
 
-  std::optional<size_t> propose() override {
+  std::optional<PointId> propose() override {
     for (size_t tried = 0; tried < climbers_.size(); ++tried) {
       const size_t file = next_file_;
       next_file_ = (next_file_ + 1) % climbers_.size();
@@ -140,7 +195,7 @@ class LocalSearch final : public StrategyBase {
     return std::nullopt;
   }
 
-  void observe(size_t p, double cost) override {
+  void observe(PointId p, double cost) override {
     record(p, cost);
     Climber& c = climbers_[static_cast<size_t>(space_.point(p).file)];
     ++c.observed;
@@ -159,16 +214,17 @@ class LocalSearch final : public StrategyBase {
  private:
   struct Climber {
     bool started = false;
-    size_t current = 0;
+    PointId current = 0;
     double current_cost = std::numeric_limits<double>::infinity();
-    std::vector<size_t> queue;  // untried neighbours of `current`
-    std::optional<size_t> best;
+    std::vector<PointId> queue;  // untried neighbours of `current`
+    std::optional<PointId> best;
     double best_cost = std::numeric_limits<double>::infinity();
     size_t proposed = 0;
     size_t observed = 0;
+    std::optional<UniformDraw> draw;  // the file's points in random order, made when needed
   };
 
-  std::optional<size_t> propose_in(size_t file) {
+  std::optional<PointId> propose_in(size_t file) {
     Climber& c = climbers_[file];
     if (!c.started) {
       c.started = true;
@@ -179,7 +235,7 @@ class LocalSearch final : public StrategyBase {
       return start;
     }
     while (!c.queue.empty()) {
-      const size_t n = c.queue.back();
+      const PointId n = c.queue.back();
       c.queue.pop_back();
       if (!was_proposed(n)) return n;
     }
@@ -191,17 +247,17 @@ class LocalSearch final : public StrategyBase {
     return jump;
   }
 
-  void move_to(Climber& c, size_t p) {
+  void move_to(Climber& c, PointId p) {
     c.current = p;
-    c.current_cost = observed(p) ? cost_[p] : std::numeric_limits<double>::infinity();
+    c.current_cost = observed(p) ? cost_of(p) : std::numeric_limits<double>::infinity();
     c.queue = space_.neighbors(p);
     shuffle(c.queue);
   }
 
-  std::optional<size_t> perturbed_best(const Climber& c, size_t file) {
-    const size_t from = c.best ? *c.best : c.current;
+  std::optional<PointId> perturbed_best(const Climber& c, size_t file) {
+    const PointId from = c.best ? *c.best : c.current;
     for (int attempt = 0; attempt < 32; ++attempt) {
-      size_t p = from;
+      PointId p = from;
       const int steps = 2 + static_cast<int>(uniform_index(2));
       for (int s = 0; s < steps; ++s) {
         const auto n = space_.neighbors(p);
@@ -213,14 +269,11 @@ class LocalSearch final : public StrategyBase {
     return random_unproposed_in(file);
   }
 
-  // A point of `file` nobody proposed yet, uniformly among them (a scan from a random start).
-  std::optional<size_t> random_unproposed_in(size_t file) {
-    const size_t start = uniform_index(space_.size());
-    for (size_t i = 0; i < space_.size(); ++i) {
-      const size_t p = (start + i) % space_.size();
-      if (!was_proposed(p) && static_cast<size_t>(space_.point(p).file) == file) return p;
-    }
-    return std::nullopt;
+  // A feasible point of `file` nobody proposed yet, uniformly among them.
+  std::optional<PointId> random_unproposed_in(size_t file) {
+    Climber& c = climbers_[file];
+    if (!c.draw) c.draw.emplace(space_, static_cast<int>(file));
+    return c.draw->next(rng_, proposed_);
   }
 
   std::vector<Climber> climbers_;
@@ -236,7 +289,7 @@ class Evolution final : public StrategyBase {
  public:
   Evolution(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {}
 
-  std::optional<size_t> propose() override {
+  std::optional<PointId> propose() override {
     if (proposals_ < kPopulation) {
       const auto first = proposals_ == 0 ? default_start() : std::nullopt;
       const auto p = first ? first : random_unproposed();
@@ -254,13 +307,14 @@ class Evolution final : public StrategyBase {
     return p ? std::optional(mark(*p)) : std::nullopt;
   }
 
-  void observe(size_t p, double cost) override {
+  void observe(PointId p, double cost) override {
     record(p, cost);
     if (!std::isfinite(cost)) return;
     population_.push_back(p);
     if (population_.size() > kPopulation) {
-      const auto worst = std::max_element(population_.begin(), population_.end(),
-                                          [&](size_t a, size_t b) { return cost_[a] < cost_[b]; });
+      const auto worst =
+          std::max_element(population_.begin(), population_.end(),
+                           [&](PointId a, PointId b) { return cost_of(a) < cost_of(b); });
       population_.erase(worst);
     }
   }
@@ -268,22 +322,22 @@ class Evolution final : public StrategyBase {
  private:
   static constexpr size_t kPopulation = 12;
 
-  size_t tournament() {
-    const size_t a = population_[uniform_index(population_.size())];
-    const size_t b = population_[uniform_index(population_.size())];
-    return cost_[a] <= cost_[b] ? a : b;
+  PointId tournament() {
+    const PointId a = population_[uniform_index(population_.size())];
+    const PointId b = population_[uniform_index(population_.size())];
+    return cost_of(a) <= cost_of(b) ? a : b;
   }
 
-  std::optional<size_t> breed() {
-    const SpacePoint& mother = space_.point(tournament());
-    const SpacePoint* father = &space_.point(tournament());
-    if (father->file != mother.file) father = &mother;
+  std::optional<PointId> breed() {
+    const SpacePoint mother = space_.point(tournament());
+    SpacePoint father = space_.point(tournament());
+    if (father.file != mother.file) father = mother;
     SpacePoint child = mother;
     for (size_t i = 0; i < child.choice.size(); ++i) {
-      if (rng_.next() & 1) child.choice[i] = father->choice[i];
+      if (rng_.next() & 1) child.choice[i] = father.choice[i];
     }
     // Mutate one tunable: a step to an adjacent candidate, or (one time in four) any candidate.
-    const auto& params = space_.files()[child.file]->params;
+    const auto& params = space_.files()[static_cast<size_t>(child.file)]->params;
     if (!params.empty()) {
       const size_t i = uniform_index(params.size());
       const int n = static_cast<int>(params[i].candidates.size());
@@ -298,7 +352,7 @@ class Evolution final : public StrategyBase {
     return space_.find(child);
   }
 
-  std::vector<size_t> population_;
+  std::vector<PointId> population_;
 };
 
 }  // namespace

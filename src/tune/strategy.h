@@ -5,6 +5,9 @@
 // The tuner keeps several proposals in flight (compiling ahead of the GPU), so a strategy is
 // asked for its next point before earlier ones are observed. Observations arrive in proposal
 // order, which keeps a strategy's path a function of its seed and the costs alone.
+//
+// A space can have 10^12 points and more, so a strategy never holds anything per point of the
+// space: it samples points lazily and remembers only what it proposed and observed.
 #pragma once
 
 #include <cstdint>
@@ -18,15 +21,19 @@
 
 namespace kforge {
 
+// `exhaustive` refuses a space with more feasible points than this (or an estimated count):
+// it would not finish, and a budgeted search covers such a space better.
+inline constexpr uint64_t kExhaustiveLimit = 1'000'000;
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
 
   // The next point to evaluate, never one proposed before; nullopt when the strategy has
   // nothing to propose until more observations arrive, or has covered the space.
-  virtual std::optional<size_t> propose() = 0;
+  virtual std::optional<PointId> propose() = 0;
   // The cost of a proposed point: its median time, or +infinity when it failed.
-  virtual void observe(size_t point, double cost) = 0;
+  virtual void observe(PointId point, double cost) = 0;
 };
 
 struct StrategyInfo {
@@ -34,7 +41,8 @@ struct StrategyInfo {
   std::string summary;
 };
 
-// Throws UsageError for an unknown name (the message lists the known ones).
+// Throws UsageError for an unknown name (the message lists the known ones), and for
+// `exhaustive` over a space above kExhaustiveLimit.
 std::unique_ptr<Strategy> make_strategy(std::string_view name, const SearchSpace& space,
                                         uint64_t seed);
 const std::vector<StrategyInfo>& strategies();

@@ -31,7 +31,7 @@ double seconds_since(Clock::time_point start) {
 class Evaluator {
  public:
   virtual ~Evaluator() = default;
-  virtual void submit(size_t point) = 0;
+  virtual void submit(PointId point) = 0;
   virtual TuneEvaluation next() = 0;
 };
 
@@ -47,7 +47,7 @@ EvaluationRecord new_record(const TuneProblem& problem, const std::string& devic
   return r;
 }
 
-Variant variant_at(const SearchSpace& space, size_t point, DType dtype, const std::string& arch) {
+Variant variant_at(const SearchSpace& space, PointId point, DType dtype, const std::string& arch) {
   const KernelFile& file = *space.files()[space.point(point).file];
   return Variant::make(file, space.values(point), dtype, arch);
 }
@@ -88,7 +88,7 @@ class LiveEvaluator final : public Evaluator {
     }
   }
 
-  void submit(size_t point) override {
+  void submit(PointId point) override {
     Pending p{point, variant_at(space_, point, problem_.dtype, arch_)};
     if (options_.use_database) {
       p.known = db_.find(p.variant.key(), problem_.key(), device_key_);
@@ -137,7 +137,7 @@ class LiveEvaluator final : public Evaluator {
 
  private:
   struct Pending {
-    size_t point;
+    PointId point;
     Variant variant;
     std::optional<EvaluationRecord> known;
     std::future<CompileResult> build;
@@ -259,10 +259,10 @@ class ReplayEvaluator final : public Evaluator {
         db_(db),
         report_(report) {}
 
-  void submit(size_t point) override { queue_.push_back(point); }
+  void submit(PointId point) override { queue_.push_back(point); }
 
   TuneEvaluation next() override {
-    const size_t point = queue_.front();
+    const PointId point = queue_.front();
     queue_.pop_front();
     const Variant variant = variant_at(space_, point, problem_.dtype, arch_);
     if (auto known = db_.find(variant.key(), problem_.key(), device_)) {
@@ -283,7 +283,7 @@ class ReplayEvaluator final : public Evaluator {
   std::string arch_;
   const ResultsDb& db_;
   TuneReport& report_;
-  std::deque<size_t> queue_;
+  std::deque<PointId> queue_;
 };
 
 uint64_t strategy_seed(const TuneProblem& problem, const TuneOptions& options) {
@@ -306,7 +306,8 @@ void tally(TuneReport& report, const TuneEvaluation& e) {
 void search(const SearchSpace& space, Strategy& strategy, Evaluator& evaluator, TuneOptions options,
             TuneReport& report, const TuneProgressFn& progress, Clock::time_point start) {
   if (options.max_fraction > 0) {
-    // Rounded down: "25%" never means more than a quarter.
+    // Rounded down: "25%" never means more than a quarter (of the estimate, when the counts
+    // are estimated).
     const auto share = std::max<size_t>(
         1, static_cast<size_t>(options.max_fraction * static_cast<double>(space.size())));
     options.max_evaluations =
@@ -350,12 +351,13 @@ void search(const SearchSpace& space, Strategy& strategy, Evaluator& evaluator, 
     if (progress) progress(state);
   }
   if (report.stop_reason.empty()) {
-    report.stop_reason =
-        proposed >= space.size() ? "every feasible variant evaluated" : "strategy finished";
+    report.stop_reason = space.ranked() && proposed >= space.size()
+                             ? "every feasible variant evaluated"
+                             : "strategy finished";
   }
 }
 
-void pick_best(TuneReport& report, const std::optional<size_t>& default_point) {
+void pick_best(TuneReport& report, const std::optional<PointId>& default_point) {
   report.best.reset();
   report.baseline.reset();
   for (size_t i = 0; i < report.evaluations.size(); ++i) {
@@ -379,6 +381,7 @@ SearchSpace solve_into(TuneReport& report, const std::vector<const KernelFile*>&
   SearchSpace space = SearchSpace::solve(files, tune_context(device, problem), device);
   report.raw_size = space.raw_size();
   report.feasible = space.size();
+  report.estimate_samples = space.estimate_samples();
   report.solve_seconds = space.solve_seconds();
   report.pruned_before_compile = space.pruned();
   return space;
@@ -597,6 +600,8 @@ nlohmann::json TuneReport::to_json(size_t top) const {
       {"space",
        {{"raw", raw_size},
         {"feasible", feasible},
+        {"estimated", estimate_samples > 0},
+        {"estimate_samples", estimate_samples},
         {"solve_ms", solve_seconds * 1e3},
         {"pruned_before_compile", pruned_before_compile}}},
       {"rejected_after_compile", rejected_after_compile},

@@ -58,7 +58,7 @@ struct TuneOptions {
 };
 
 struct TuneEvaluation {
-  size_t point = 0;
+  PointId point = 0;
   EvaluationRecord record;
   bool from_database = false;
 };
@@ -70,14 +70,16 @@ struct TuneReport {
   uint64_t seed = 0;
   bool replay = false;
   double raw_size = 0;
-  size_t feasible = 0;
+  uint64_t feasible = 0;          // exact, or estimated when estimate_samples > 0
+  uint64_t estimate_samples = 0;  // raw points sampled per estimated file; 0: counts exact
   double solve_seconds = 0;
   std::map<std::string, double> pruned_before_compile;  // raw combinations, by reason
-  std::map<std::string, int> rejected_after_compile;    // variants, by reason
-  std::map<std::string, int> failed;                    // variants, by "VERDICT at stage"
-  std::vector<TuneEvaluation> evaluations;              // in proposal order
-  std::optional<size_t> best;                           // index into evaluations
-  std::optional<size_t> baseline;                       // the file's defaults, if evaluated
+  bool counts_estimated() const { return estimate_samples > 0; }
+  std::map<std::string, int> rejected_after_compile;  // variants, by reason
+  std::map<std::string, int> failed;                  // variants, by "VERDICT at stage"
+  std::vector<TuneEvaluation> evaluations;            // in proposal order
+  std::optional<size_t> best;                         // index into evaluations
+  std::optional<size_t> baseline;                     // the file's defaults, if evaluated
   std::string stop_reason;
   // Compilation: variants compiled here (not from the cache or the database), the wall time
   // during which at least one compile ran, and the compilers' own time summed.

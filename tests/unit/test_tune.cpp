@@ -100,8 +100,8 @@ TEST(SearchSpace, AgreesWithBruteForce) {
     }
   }
   std::set<std::vector<long long>> got;
-  for (size_t i = 0; i < space.size(); ++i) {
-    const ParamValues v = space.values(i);
+  for (const PointId p : space.enumerate()) {
+    const ParamValues v = space.values(p);
     got.insert({v.at("A"), v.at("B"), v.at("C")});
     EXPECT_EQ(v.at("AB"), v.at("A") * v.at("B"));
   }
@@ -144,7 +144,7 @@ TEST(SearchSpace, LaunchLimitsBeforeCompiling) {
   EXPECT_EQ(space.pruned().at("dynamic shared memory > the device's 232448 bytes per block"), 9);
   EXPECT_EQ(space.pruned().at("cluster size > 8 (the portable limit)"), 6);
   EXPECT_EQ(space.size(), 3u * 2u * 2u);
-  const LaunchShape shape = space.launch_shape(0);
+  const LaunchShape shape = space.launch_shape(space.nth(0));
   EXPECT_EQ(shape.threads, 128);
   EXPECT_EQ(shape.dynamic_shared_bytes, 512);
   EXPECT_EQ(shape.cluster_blocks, 1);
@@ -248,8 +248,8 @@ struct RecordedSpace {
     db.put_device(device);
     const SearchSpace space = SearchSpace::solve({&file}, tune_context(device, problem), device);
     feasible = space.size();
-    for (size_t i = 0; i < space.size(); ++i) {
-      const ParamValues v = space.values(i);
+    for (const PointId p : space.enumerate()) {
+      const ParamValues v = space.values(p);
       const Variant variant = Variant::make(file, v, problem.dtype, device.default_arch());
       EvaluationRecord r;
       r.variant_key = variant.key();
