@@ -45,8 +45,8 @@ std::optional<BaselineResult> time_baseline(Checker& checker, const KernelFile& 
     }
     target.module = build.module;
   }
-  const Measurement m = measure(checker, clean, op, options.sizes, options.dtype, target, nullptr,
-                                measure_options);
+  const Measurement m =
+      measure(checker, clean, op, options.sizes, options.dtype, target, nullptr, measure_options);
   if (target.library) b.what = m.library.empty() ? "library" : m.library;
   if (!m.timed()) {
     b.detail = fmt::format("{}: {}", verdict_name(m.verdict), m.detail);

@@ -140,8 +140,10 @@ std::string check_sample(Checker& checker, WorkerClient& worker, const OpSpec& o
 
 nlohmann::json Measurement::to_json() const {
   const auto stats_json = [](const SampleStats& s) {
-    return nlohmann::json{{"median_us", s.median * 1e3}, {"p10_us", s.p10 * 1e3},
-                          {"p90_us", s.p90 * 1e3},       {"rel_noise", s.rel_noise},
+    return nlohmann::json{{"median_us", s.median * 1e3},
+                          {"p10_us", s.p10 * 1e3},
+                          {"p90_us", s.p90 * 1e3},
+                          {"rel_noise", s.rel_noise},
                           {"samples", s.count}};
   };
   return {{"verdict", verdict_name(verdict)},
@@ -173,9 +175,8 @@ Measurement measure(Checker& checker, WorkerClient& worker, const OpSpec& op, co
   };
 
   tensors.poison_outputs();
-  nlohmann::json request =
-      tensors.request("measure", target.library ? std::filesystem::path() : target.module,
-                      op.scalar_values(sizes));
+  nlohmann::json request = tensors.request(
+      "measure", target.library ? std::filesystem::path() : target.module, op.scalar_values(sizes));
   if (target.library) {
     request["library"] = op.name();
   }
@@ -221,15 +222,15 @@ Measurement measure(Checker& checker, WorkerClient& worker, const OpSpec& op, co
 
   // Reused work: faster on inputs it has seen than on fresh ones.
   if (m.repeat_stats.count > 0 && m.repeat_stats.median < kReuseRatio * m.stats.median) {
-    return fail(Verdict::invalid,
-                fmt::format("reuses work across calls: on a repeat of the previous call's inputs "
-                            "it took {:.2f} us (median of {}), on fresh inputs {:.2f} us",
-                            m.repeat_stats.median * 1e3, m.repeat_stats.count,
-                            m.stats.median * 1e3));
+    return fail(
+        Verdict::invalid,
+        fmt::format("reuses work across calls: on a repeat of the previous call's inputs "
+                    "it took {:.2f} us (median of {}), on fresh inputs {:.2f} us",
+                    m.repeat_stats.median * 1e3, m.repeat_stats.count, m.stats.median * 1e3));
   }
   if (ceilings) {
-    if (auto why = physical_limit_violation(op.cost(sizes, dtype), m.stats.median * 1e-3,
-                                            *ceilings, worker.device().l2_bytes)) {
+    if (auto why = physical_limit_violation(op.cost(sizes, dtype), m.stats.median * 1e-3, *ceilings,
+                                            worker.device().l2_bytes)) {
       return fail(Verdict::invalid, *why);
     }
   }

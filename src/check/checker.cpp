@@ -267,12 +267,13 @@ bool Checker::check_determinism(const OpSpec& op, const CompileResult& build, co
   // sample of them (or by their addresses) returns the old outputs here.
   const int64_t rows = tensors.rows_of(0);
   Rng rng(seed, 0x726f77);
-  const auto row = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(std::max<int64_t>(1, rows)));
+  const auto row =
+      static_cast<int64_t>(rng.next() % static_cast<uint64_t>(std::max<int64_t>(1, rows)));
   tensors.redraw_row(0, row, op.fresh_input(0, size.sizes), rng.next());
   std::vector<std::vector<double>> expected;
-  CaseResult changed{"determinism",        fmt::format("{} row {} changed", size.label, row),
-                     size.sizes,           dtype,
-                     InputKind::normal,    seed};
+  CaseResult changed{"determinism",     fmt::format("{} row {} changed", size.label, row),
+                     size.sizes,        dtype,
+                     InputKind::normal, seed};
   changed = run_prepared(op, build, tensors, expected, changed, 1.0, timeout);
   if (changed.verdict == Verdict::wrong && changed.detail.find("modified") == std::string::npos) {
     changed.detail = fmt::format(

@@ -277,10 +277,11 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
     fmt::print("{:<9} {} - not timed: {}\n", "verdict", verdict_name(r.verdict), r.detail);
   } else {
     const Measurement& m = r.measurement;
-    fmt::print("{:<9} OK: {} samples, each on fresh inputs; {} warm-up runs; repeats of the "
-               "previous inputs {:.2f} us (median of {}); all work on the given stream\n",
-               "verdict", m.samples_taken, m.warmup_runs, m.repeat_stats.median * 1e3,
-               m.repeat_stats.count);
+    fmt::print(
+        "{:<9} OK: {} samples, each on fresh inputs; {} warm-up runs; repeats of the "
+        "previous inputs {:.2f} us (median of {}); all work on the given stream\n",
+        "verdict", m.samples_taken, m.warmup_runs, m.repeat_stats.median * 1e3,
+        m.repeat_stats.count);
     for (const auto& c : m.checks)
       fmt::print("{:<9} {}\n", "checked", c);
     const double us = 1e3;

@@ -11,9 +11,9 @@
 namespace kforge {
 
 struct TuneFlags {
-  std::string target;  // an op name or a kernel file
+  std::string target;             // an op name or a kernel file
   std::vector<std::string> also;  // more kernel files of the same op, searched together
-  std::string task;    // a task file `kforge plan --extract` wrote: op, shape and dtype
+  std::string task;               // a task file `kforge plan --extract` wrote: op, shape and dtype
   std::string shape;
   std::string sizes;  // "all": every size of the op's benchmark sweep
   std::string dtype;  // default bf16, or the task's

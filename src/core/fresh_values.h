@@ -51,7 +51,8 @@ KF_HOST_DEVICE inline uint64_t bits_at(uint64_t seed, uint64_t i) {
 // rounding, so host and device agree bit for bit.
 KF_HOST_DEVICE inline float normal_at(uint64_t seed, uint64_t i) {
   const uint64_t h = bits_at(seed, i);
-  const uint32_t sum = static_cast<uint32_t>(h & 0xffff) + static_cast<uint32_t>((h >> 16) & 0xffff) +
+  const uint32_t sum = static_cast<uint32_t>(h & 0xffff) +
+                       static_cast<uint32_t>((h >> 16) & 0xffff) +
                        static_cast<uint32_t>((h >> 32) & 0xffff) + static_cast<uint32_t>(h >> 48);
   // Mean 4 * 32767.5; standard deviation sqrt(4 * (65536^2 - 1) / 12).
   return (static_cast<float>(sum) - 131070.0f) * (1.0f / 37837.23f);

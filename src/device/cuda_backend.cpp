@@ -85,8 +85,8 @@ class CapturedCall final : public RepeatableCall {
   void launch() override {
     const cudaError_t err = cudaGraphLaunch(exec_, stream_);
     if (err != cudaSuccess) {
-      throw KernelFault(fmt::format("graph launch: {} ({})", cudaGetErrorName(err),
-                                    cudaGetErrorString(err)));
+      throw KernelFault(
+          fmt::format("graph launch: {} ({})", cudaGetErrorName(err), cudaGetErrorString(err)));
     }
   }
 
@@ -232,8 +232,9 @@ class CudaBackend final : public DeviceBackend {
   OutputDigest digest(std::span<const DeviceSpan> outputs) override {
     if (outputs.size() > kMaxDigests) throw Error("too many outputs to digest");
     for (size_t i = 0; i < outputs.size(); ++i) {
-      launch_digest(outputs[i].data, outputs[i].count, static_cast<int>(dtype_size(outputs[i].dtype)),
-                    digest_device_ + 2 * i, stream_);
+      launch_digest(outputs[i].data, outputs[i].count,
+                    static_cast<int>(dtype_size(outputs[i].dtype)), digest_device_ + 2 * i,
+                    stream_);
     }
     check_launch();
     check(cudaMemcpyAsync(digest_host_, digest_device_,

@@ -11,7 +11,8 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 132 * 8;
 
 int blocks_for(int64_t n) {
-  return static_cast<int>(std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, (n + kThreads - 1) / kThreads)));
+  return static_cast<int>(
+      std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, (n + kThreads - 1) / kThreads)));
 }
 
 template <typename T>

@@ -125,11 +125,12 @@ void OpSpec::generate(const Sizes& sizes, InputKind kind, uint64_t seed,
 FreshInput OpSpec::fresh_input(size_t input, const Sizes& sizes) const {
   const TensorSpec spec = inputs().at(input);
   if (spec.fixed_dtype && !is_floating(*spec.fixed_dtype)) {
-    throw Error(fmt::format("op {} does not say how its integer input '{}' is redrawn", name(),
-                            spec.name));
+    throw Error(
+        fmt::format("op {} does not say how its integer input '{}' is redrawn", name(), spec.name));
   }
   FreshInput rule;
-  if (!spec.fan_in.empty()) rule.scale = 1.0 / std::sqrt(static_cast<double>(sizes.at(spec.fan_in)));
+  if (!spec.fan_in.empty())
+    rule.scale = 1.0 / std::sqrt(static_cast<double>(sizes.at(spec.fan_in)));
   return rule;
 }
 

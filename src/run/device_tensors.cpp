@@ -86,8 +86,9 @@ nlohmann::json DeviceTensors::guard_violations() {
       backend_.copy_to_host(guard.data(), band, kGuardBytes);
       for (size_t i = 0; i < kGuardBytes; ++i) {
         if (guard[i] == std::byte{kGuardPattern}) continue;
-        const long long offset = after ? static_cast<long long>(i)
-                                       : static_cast<long long>(i) - static_cast<long long>(kGuardBytes);
+        const long long offset =
+            after ? static_cast<long long>(i)
+                  : static_cast<long long>(i) - static_cast<long long>(kGuardBytes);
         violations.push_back({{"tensor", refs_[t].name},
                               {"where", after ? "after the end" : "before the start"},
                               {"byte_offset", offset}});

@@ -62,7 +62,7 @@ void from_json(const nlohmann::json& j, BenchSettings& s);
 struct WorkerFlags {
   std::string backend;
   int device = 0;
-  std::string channel;  // "IN,OUT"
+  std::string channel;   // "IN,OUT"
   long long parent = 0;  // kforge's pid
 };
 

@@ -3,8 +3,8 @@
 // processes, the first to go when memory runs out, and gone when kforge is gone.
 #pragma once
 
-#include <string>
 #include <sys/types.h>
+#include <string>
 
 namespace kforge {
 

@@ -74,8 +74,8 @@ void TimedSession::prepare_inputs(const Sample& sample) {
   if (sample.trap_row >= 0 && !inputs_.empty()) {
     const TensorRef& first = tensors_->refs().front();
     const int64_t row = first.shape.empty() ? 1 : first.shape.back();
-    backend_.fill_fresh(inputs_[0], sample.trap_row * row, (sample.trap_row + 1) * row, fresh_.at(0),
-                        sample.trap_seed);
+    backend_.fill_fresh(inputs_[0], sample.trap_row * row, (sample.trap_row + 1) * row,
+                        fresh_.at(0), sample.trap_seed);
   }
 }
 
@@ -102,7 +102,8 @@ nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t see
   }
   int64_t rows = 0;
   if (first_input) {
-    const int64_t row = first_input->shape.empty() ? 1 : std::max<int64_t>(1, first_input->shape.back());
+    const int64_t row =
+        first_input->shape.empty() ? 1 : std::max<int64_t>(1, first_input->shape.back());
     rows = static_cast<int64_t>(first_input->bytes / dtype_size(first_input->dtype)) / row;
   }
 

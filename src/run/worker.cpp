@@ -115,7 +115,9 @@ class Worker {
     // A session lives until the next request that is not about it.
     if (op != "replay") session_.reset();
     if (op == "hello") {
-      return {{"ok", true}, {"device", backend_->info()}, {"pid", getpid()},
+      return {{"ok", true},
+              {"device", backend_->info()},
+              {"pid", getpid()},
               {"threads", count_threads()}};
     }
     if (op == "ceilings") return {{"ok", true}, {"ceilings", backend_->measure_ceilings()}};
@@ -192,7 +194,8 @@ class Worker {
     const auto scalars = request.at("scalars").get<std::vector<double>>();
     std::function<void()> call;
     if (const std::string library = request.value("library", ""); !library.empty()) {
-      if (backend_->info().backend != "cuda") throw Error("library baselines need the CUDA backend");
+      if (backend_->info().backend != "cuda")
+        throw Error("library baselines need the CUDA backend");
       library_ = make_library_baseline(library, request.at("sizes").get<Sizes>(),
                                        measured_region_->refs.front().dtype,
                                        tensors->pointers(false), tensors->pointers(true),
@@ -222,8 +225,10 @@ class Worker {
     probes.traps = request.value("traps", probes.traps);
     nlohmann::json reply = session_->measure(request.at("settings").get<BenchSettings>(),
                                              request.at("seed").get<uint64_t>(), probes);
-    if (!library_) reply["threads"] = count_threads();
-    else reply["baseline"] = library_->describe();
+    if (!library_)
+      reply["threads"] = count_threads();
+    else
+      reply["baseline"] = library_->describe();
     return reply;
   }
 

@@ -38,9 +38,9 @@ std::string_view verdict_name(Verdict v) {
 }
 
 std::optional<Verdict> parse_verdict(std::string_view name) {
-  for (const Verdict v : {Verdict::ok, Verdict::wrong, Verdict::crash, Verdict::timeout,
-                          Verdict::oom, Verdict::compile_error, Verdict::rejected,
-                          Verdict::invalid}) {
+  for (const Verdict v :
+       {Verdict::ok, Verdict::wrong, Verdict::crash, Verdict::timeout, Verdict::oom,
+        Verdict::compile_error, Verdict::rejected, Verdict::invalid}) {
     if (verdict_name(v) == name) return v;
   }
   return std::nullopt;
@@ -97,8 +97,8 @@ void WorkerClient::ensure_started() {
   if (!hello.ok()) {
     if (child_) child_->kill_and_wait();
     child_.reset();
-    throw Error(fmt::format("the {} worker did not start ({}): {}", options_.backend,
-                            hello.detail, log_tail()));
+    throw Error(fmt::format("the {} worker did not start ({}): {}", options_.backend, hello.detail,
+                            log_tail()));
   }
   device_ = hello.body.at("device").get<DeviceInfo>();
 }
@@ -174,7 +174,8 @@ WorkerReply WorkerClient::request(const nlohmann::json& request,
   // The worker writes one line per request and nothing else: data waiting before a request
   // was written by someone else, and the last reply may not have been the worker's.
   if (child_->has_unread()) {
-    return lost_worker("the reply channel carried data nobody asked for (written by the candidate?)");
+    return lost_worker(
+        "the reply channel carried data nobody asked for (written by the candidate?)");
   }
   nlohmann::json message = request;
   message["seq"] = ++sequence_;
@@ -203,9 +204,10 @@ WorkerReply WorkerClient::request(const nlohmann::json& request,
   // the channel was written by candidate code, which ends the worker.
   if (reply.body.is_discarded() || !reply.body.is_object() ||
       reply.body.value("seq", uint64_t{0}) != sequence_) {
-    return lost_worker(fmt::format("the reply channel carried something other than the "
-                                   "worker's reply (written by the candidate?): '{}'",
-                                   truncate_middle(*line, 160)));
+    return lost_worker(
+        fmt::format("the reply channel carried something other than the "
+                    "worker's reply (written by the candidate?): '{}'",
+                    truncate_middle(*line, 160)));
   }
   reply.output = take_output();
   if (reply.body.value("ok", false)) return reply;

@@ -204,9 +204,9 @@ class LiveEvaluator final : public Evaluator {
     measure_options.settings = options_.bench;
     measure_options.random_checks = 0;  // the fastest, the median and the trap are checked
     measure_options.timeout = timeout;
-    const Measurement m = measure(checker_, worker_, op, problem_.sizes, problem_.dtype,
-                                  TimedTarget{build.module}, options_.ceilings, measure_options,
-                                  &measured_inputs());
+    const Measurement m =
+        measure(checker_, worker_, op, problem_.sizes, problem_.dtype, TimedTarget{build.module},
+                options_.ceilings, measure_options, &measured_inputs());
     if (!m.timed()) {
       std::string detail = m.verdict == Verdict::ok ? "no sample kept: " + m.stop_reason : m.detail;
       if (!m.output.empty()) detail += "; it printed: " + truncate_middle(m.output, 300);

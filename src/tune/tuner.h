@@ -51,7 +51,7 @@ struct TuneOptions {
   unsigned compile_jobs = 0;   // 0: one per CPU core
   std::string arch;            // empty: the device's default
   BenchSettings bench = tuning_bench_settings();
-  bool final_check = true;   // five stages on the winner
+  bool final_check = true;  // five stages on the winner
   // Measured ceilings of the device: times beyond them are refused (bench/limits.h).
   const Ceilings* ceilings = nullptr;
   bool use_database = true;  // false: evaluate again even when recorded (results replaced)

@@ -12,9 +12,9 @@
 static inline int honest_rmsnorm_rows(const kf_args* args, int64_t row_begin, int64_t row_end) {
   const kf_tensor& x = args->inputs[0];
   const int64_t n = x.shape[x.ndim - 1];
-  const auto* xd = static_cast<const kf_elem*>(x.data);                 // x: [M, N]
-  const auto* wd = static_cast<const kf_elem*>(args->inputs[1].data);   // weight: [N]
-  auto* yd = static_cast<kf_elem*>(args->outputs[0].data);              // y: [M, N]
+  const auto* xd = static_cast<const kf_elem*>(x.data);                // x: [M, N]
+  const auto* wd = static_cast<const kf_elem*>(args->inputs[1].data);  // weight: [N]
+  auto* yd = static_cast<kf_elem*>(args->outputs[0].data);             // y: [M, N]
   const double eps = args->scalars[0];
   for (int64_t r = row_begin; r < row_end; ++r) {
     double sum = 0;

@@ -1,0 +1,54 @@
+// The honest rmsnorm every CUDA adversarial kernel builds on: one block per row, sums in fp32.
+// Each adversarial kernel computes the right answer this way whenever it does compute.
+#ifndef KFORGE_TESTS_HONEST_RMSNORM_CUH_
+#define KFORGE_TESTS_HONEST_RMSNORM_CUH_
+
+#include <cstdint>
+
+#include "kforge/elem_cuda.cuh"
+
+constexpr int kHonestThreads = 256;
+
+__global__ void __launch_bounds__(kHonestThreads)
+    honest_rmsnorm_rows(const kf_elem* __restrict__ x,       // x: [M, N]
+                        const kf_elem* __restrict__ weight,  // weight: [N]
+                        kf_elem* __restrict__ y,             // y: [M, N]
+                        int N, float eps) {
+  __shared__ float partial[kHonestThreads / 32];
+  const kf_elem* x_row = x + int64_t(blockIdx.x) * N;
+  kf_elem* y_row = y + int64_t(blockIdx.x) * N;
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < N; j += kHonestThreads) {
+    const float v = kf_to_float(x_row[j]);
+    sum += v * v;
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    sum += __shfl_down_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kHonestThreads / 32; ++w)
+    total += partial[w];
+  const float inv_rms = rsqrtf(total / float(N) + eps);
+  for (int j = threadIdx.x; j < N; j += kHonestThreads) {
+    y_row[j] = kf_from_float<kf_elem>(kf_to_float(x_row[j]) * inv_rms * kf_to_float(weight[j]));
+  }
+}
+
+// Launches the honest kernel for the op's tensors on `stream`; returns a kf_status.
+static inline int honest_rmsnorm_on(const kf_args* args, cudaStream_t stream) {
+  const kf_tensor& x = args->inputs[0];
+  const int64_t n = x.shape[x.ndim - 1];
+  if (n == 0 || kf_numel(&x) == 0) return KF_OK;
+  const int64_t m = kf_numel(&x) / n;
+  honest_rmsnorm_rows<<<unsigned(m), kHonestThreads, 0, stream>>>(
+      static_cast<const kf_elem*>(x.data), static_cast<const kf_elem*>(args->inputs[1].data),
+      static_cast<kf_elem*>(args->outputs[0].data), int(n), float(args->scalars[0]));
+  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+}
+
+static inline int honest_rmsnorm(const kf_args* args) {
+  return honest_rmsnorm_on(args, static_cast<cudaStream_t>(args->stream));
+}
+
+#endif  // KFORGE_TESTS_HONEST_RMSNORM_CUH_

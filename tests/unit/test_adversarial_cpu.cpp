@@ -1,0 +1,27 @@
+// The CPU adversarial kernels (tests/data/adversarial/*.cpp) through kforge check, bench and
+// tune on the CPU backend: each gets the verdict its file names, never wins a tune, and kforge
+// survives every one of them with no process of a candidate left behind.
+#include "adversarial.h"
+
+namespace kforge {
+namespace {
+
+class AdversarialCpu : public ::testing::TestWithParam<std::filesystem::path> {};
+
+TEST_P(AdversarialCpu, GetsItsVerdictAndKforgeSurvives) {
+  test::AdversarialRun run;
+  run.file = GetParam();
+  run.check_args = {"--max-elements", "4194304"};
+  run.bench_shape = "512x512";
+  run.tune_shape = "256x256";
+  run.device_args = {"--backend", "cpu"};
+  run.tune_args = {"--strategy", "exhaustive"};
+  test::run_adversarial(run);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, AdversarialCpu,
+                         ::testing::ValuesIn(test::adversarial_files(".cpp")),
+                         [](const auto& info) { return info.param.stem().string(); });
+
+}  // namespace
+}  // namespace kforge
