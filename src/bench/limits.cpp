@@ -14,10 +14,10 @@ std::optional<std::string> physical_limit_violation(const Cost& cost, double sec
     if (us < floor_us) {
       return fmt::format(
           "{:.2f} us is faster than this device allows: the problem moves at least {:.0f} bytes, "
-          "which takes at least {:.2f} us at the measured copy ceiling of {:.0f} GB/s plus a "
+          "which takes at least {:.2f} us at the measured copy ceiling of {:.4g} GB/s plus a "
           "{:.0f}% margin{} ({:.0f}% of the ceiling claimed)",
           us, cost.bytes, floor_us, ceilings.copy_gbps, 100 * margin,
-          l2_resident ? " (the problem fits in L2)" : "",
+          l2_resident ? " (the problem fits in the device's cache)" : "",
           100 * cost.bytes / seconds / 1e9 / ceilings.copy_gbps);
     }
   }
@@ -26,7 +26,7 @@ std::optional<std::string> physical_limit_violation(const Cost& cost, double sec
     if (us < floor_us) {
       return fmt::format(
           "{:.2f} us is faster than this device allows: the problem does {:.4g} FLOPs, which take "
-          "at least {:.2f} us at the measured matrix ceiling of {:.0f} TFLOP/s plus a {:.0f}% "
+          "at least {:.2f} us at the measured matrix ceiling of {:.4g} TFLOP/s plus a {:.0f}% "
           "margin ({:.0f}% of the ceiling claimed)",
           us, cost.flops, floor_us, *ceilings.matmul_tflops, 100 * kMatmulMargin,
           100 * cost.flops / seconds / 1e12 / *ceilings.matmul_tflops);

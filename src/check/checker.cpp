@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "check/sanitizer.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/random.h"
@@ -443,7 +444,89 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
     }
     report.stages.push_back(std::move(stage));
   }
+  if (!options.sanitizer_tools.empty() && report.passed()) {
+    StageReport stage = sanitize(*op, builds, options.sanitizer_tools, report.seed, progress);
+    if (!stage.passed) {
+      report.verdict = Verdict::wrong;
+      for (const auto& r : stage.results) {
+        if (r.verdict != Verdict::ok) {
+          report.detail = fmt::format("sanitize / {}: {}", r.label, r.detail);
+          break;
+        }
+      }
+    }
+    report.stages.push_back(std::move(stage));
+  }
   return report;
+}
+
+StageReport Checker::sanitize(const OpSpec& op, const std::vector<CompileResult>& builds,
+                              const std::vector<std::string>& tools, uint64_t seed,
+                              const ProgressFn& progress) {
+  StageReport stage{"sanitize"};
+  stage.ran = true;
+  const auto say = [&](const std::string& line) {
+    if (progress) progress(line);
+  };
+  if (worker_.options().backend != "cuda") {
+    say("[sanitize] CPU kernel files have no sanitizer stage: skipped");
+    stage.skipped = 1;
+    return stage;
+  }
+  const auto sanitizer = find_compute_sanitizer();
+  // Small problems: the smoke size and the smallest edge size.
+  std::vector<SizeCase> cases = {op.test_sizes().front()};
+  const auto edges = op.edge_sizes();
+  if (!edges.empty()) {
+    cases.push_back(
+        *std::min_element(edges.begin(), edges.end(), [&](const auto& a, const auto& b) {
+          return largest_tensor_elements(op, a.sizes) < largest_tensor_elements(op, b.sizes);
+        }));
+  }
+  for (const std::string& tool : tools) {
+    CaseResult result{"sanitize",        tool, cases.front().sizes, builds.front().variant.dtype,
+                      InputKind::normal, seed};
+    ++stage.cases;
+    if (!sanitizer) {
+      result.verdict = Verdict::wrong;
+      result.detail = "compute-sanitizer not found (on PATH or in /usr/local/cuda/bin)";
+    } else {
+      WorkerOptions options = worker_.options();
+      options.log_dir.clear();
+      options.launcher = sanitizer_launcher(*sanitizer, tool);
+      options.start_timeout = std::chrono::minutes(5);
+      WorkerClient sanitized(options);
+      for (const auto& b : builds) {
+        for (const auto& c : cases) {
+          if (result.verdict != Verdict::ok) break;
+          CaseTensors tensors(op, c.sizes, b.variant.dtype);
+          tensors.generate_inputs(InputKind::normal, derive_seed(seed, tool, 0));
+          tensors.poison_outputs();
+          // The tools slow kernels down by 10-100x.
+          const auto timeout = 50 * default_timeout(op, c.sizes, b.variant.dtype);
+          const WorkerReply reply = sanitized.request(
+              tensors.request("run", b.module, op.scalar_values(c.sizes)), timeout);
+          if (!reply.ok()) {
+            result.verdict = reply.verdict;
+            result.detail = fmt::format("{} {} under {}: {}", c.label, dtype_name(b.variant.dtype),
+                                        tool, reply.detail);
+          }
+        }
+      }
+      const WorkerClient::Finish finish = sanitized.finish();
+      const SanitizerVerdict v =
+          read_sanitizer_output(finish.output, finish.status.exited ? finish.status.exit_code : -1);
+      if (!v.clean) {
+        result.verdict = Verdict::wrong;
+        result.detail = fmt::format("{} found {} error(s):\n{}", tool, v.errors, v.summary);
+      }
+    }
+    say(fmt::format("[sanitize] {}: {}{}", tool, verdict_name(result.verdict),
+                    result.verdict == Verdict::ok ? "" : " - " + result.detail));
+    if (result.verdict != Verdict::ok) stage.passed = false;
+    stage.results.push_back(std::move(result));
+  }
+  return stage;
 }
 
 }  // namespace kforge

@@ -41,6 +41,9 @@ struct CheckOptions {
   int64_t max_elements = 0;              // skip problems with a larger tensor (0: no limit)
   std::chrono::milliseconds timeout{0};  // per run; 0: scaled to the problem size
   std::vector<std::string> stages;       // empty: all five
+  // compute-sanitizer tools to run after the five stages (a sixth stage, "sanitize"), on small
+  // problems; empty: none. CUDA kernel files only.
+  std::vector<std::string> sanitizer_tools;
 };
 
 struct CaseResult {
@@ -130,6 +133,11 @@ class Checker {
   std::vector<std::vector<double>> reference_outputs(const OpSpec& op, const Sizes& sizes,
                                                      const CaseTensors& tensors,
                                                      const std::vector<double>& scalars);
+
+  // The sanitizer stage alone, over `builds` (see check/sanitizer.h).
+  StageReport sanitize(const OpSpec& op, const std::vector<CompileResult>& builds,
+                       const std::vector<std::string>& tools, uint64_t seed,
+                       const ProgressFn& progress = {});
 
   // A worker on the same device that never loads candidate code (GPU references, baselines).
   WorkerClient& clean_worker();

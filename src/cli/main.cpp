@@ -26,6 +26,7 @@
 
 #include "bench/bencher.h"
 #include "check/checker.h"
+#include "check/sanitizer.h"
 #include "cli/build_command.h"
 #include "cli/common.h"
 #include "cli/import_command.h"
@@ -117,6 +118,7 @@ struct CheckFlags {
   int64_t max_elements = 0;
   double timeout_seconds = 0;
   bool keep = false;
+  bool sanitize = false;
   std::string json_path;
   std::string table;
 };
@@ -204,6 +206,7 @@ int cmd_check(const CheckFlags& flags, const DeviceFlags& device,
   options.max_elements = flags.max_elements;
   options.timeout = std::chrono::milliseconds(static_cast<long long>(flags.timeout_seconds * 1000));
   options.stages = flags.stages;
+  if (flags.sanitize) options.sanitizer_tools = all_sanitizer_tools();
   progress_line(
       fmt::format("kforge check {} ({}) on {}", flags.file, file.op, device_line(worker.device())));
   const CheckReport report = session.checker.check(file, options, progress_line);
@@ -226,6 +229,7 @@ struct BenchFlags {
   bool warm_cache = false;
   bool keep = false;
   bool no_baseline = false;
+  std::string ceilings_path;
   std::string json_path;
 };
 
@@ -263,7 +267,9 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   options.settings.target_rel_stderr = flags.target_stderr;
   options.settings.cold_cache = !flags.warm_cache;
   options.baseline = !flags.no_baseline;
-  const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
+  const Ceilings ceilings = flags.ceilings_path.empty()
+                                ? device_ceilings(worker, default_cache_dir(), false, progress_line)
+                                : read_ceilings_file(flags.ceilings_path);
   progress_line(fmt::format("kforge bench {} {} {} {}", flags.file, op->name(),
                             op->format_shape(options.sizes), dtype_name(options.dtype)));
   const BenchResult r = bench_kernel(session.checker, worker, file, *op, options, ceilings);
@@ -362,6 +368,9 @@ int main(int argc, char** argv) {
                     "Skip problems with a tensor larger than this");
   check->add_option("--timeout", check_flags.timeout_seconds, "Per-run time limit in seconds");
   check->add_flag("--keep", check_flags.keep, "Keep PTX, cubin and SASS beside cached modules");
+  check->add_flag("--sanitize", check_flags.sanitize,
+                  "After the five stages, run small problems under compute-sanitizer (memcheck, "
+                  "racecheck, synccheck, initcheck); findings fail the check");
   check->add_option("--json", check_flags.json_path,
                     "Write the report as JSON to FILE ('-' for stdout)");
   add_device_flags(check, device_flags);
@@ -389,6 +398,9 @@ int main(int argc, char** argv) {
   bench->add_flag("--no-baseline", bench_flags.no_baseline,
                   "Do not time the baseline (cuBLAS, or the op's starter kernel)");
   bench->add_flag("--keep", bench_flags.keep, "Keep PTX, cubin and SASS beside cached modules");
+  bench->add_option("--ceilings", bench_flags.ceilings_path,
+                    "Ceilings to judge against, from `kforge ceilings --json FILE` (default: "
+                    "this device's, measured once and cached)");
   bench->add_option("--json", bench_flags.json_path,
                     "Write the result as JSON to FILE ('-' for stdout)");
   add_device_flags(bench, device_flags);

@@ -116,13 +116,14 @@ void WorkerClient::restart() {
   child_.reset();
 }
 
-std::string WorkerClient::finish() {
-  if (!child_) return "";
+WorkerClient::Finish WorkerClient::finish() {
+  if (!child_) return {};
   child_->close_input();
-  if (!child_->try_wait(std::chrono::minutes(2))) child_->kill_and_wait();
+  std::optional<ExitStatus> status = child_->try_wait(std::chrono::minutes(2));
+  if (!status) status = child_->kill_and_wait();
   sweep_orphans();
   child_.reset();
-  return take_output();
+  return {take_output(), *status};
 }
 
 std::string WorkerClient::log_tail(size_t max_bytes) const {

@@ -54,9 +54,13 @@ class WorkerClient {
   // Stops the current worker; the next request starts another (e.g. for a second-process
   // determinism check).
   void restart();
-  // Stops the worker and waits for it to exit by itself (its input closed); returns what it
-  // printed since the last request. A sanitizer launcher prints its summary then.
-  std::string finish();
+  // Stops the worker and waits for it to exit by itself (its input closed): what it printed
+  // since the last request, and how it ended. A sanitizer launcher prints its summary then.
+  struct Finish {
+    std::string output;
+    ExitStatus status;
+  };
+  Finish finish();
   int workers_started() const { return started_; }
   const WorkerOptions& options() const { return options_; }
   std::string log_tail(size_t max_bytes = 2000) const;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "bench/measurement.h"
+#include "check/sanitizer.h"
 #include "core/error.h"
 #include "core/run_info.h"
 #include "device/cublas_ops.h"
@@ -502,7 +503,11 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
   report.compile_busy_seconds = evaluator.compile_busy_seconds();
   const auto default_point = space.size() ? space.default_point(0) : std::nullopt;
 
-  // The winner must pass all five stages; a failure is recorded and the next best is tried.
+  // The winner must pass all five stages, and on a GPU memcheck and racecheck too; a failure
+  // is recorded and the next best is tried. Without compute-sanitizer a CUDA winner passes the
+  // five stages but is not recorded as checked.
+  const bool sanitize = cuda && options.final_check;
+  const bool sanitizer_found = !sanitize || find_compute_sanitizer().has_value();
   while (options.final_check && report.best) {
     TuneEvaluation& best = report.evaluations[*report.best];
     if (best.record.stage == "checked") {
@@ -513,14 +518,26 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
     CheckOptions check;
     check.dtypes = {problem.dtype};
     check.arch = arch;
+    if (sanitize && sanitizer_found) check.sanitizer_tools = winner_sanitizer_tools();
     for (const auto& p : file.params)
       check.params[p.name] = best.record.params.at(p.name).get<long long>();
-    if (say) say(fmt::format("five-stage check of the winner {}", best.record.variant));
+    if (say) {
+      say(fmt::format("final check of the winner {}: five stages{}", best.record.variant,
+                      check.sanitizer_tools.empty() ? "" : ", memcheck and racecheck"));
+    }
     const CheckReport r = checker_->check(file, check, say);
+    if (r.passed() && !sanitizer_found) {
+      report.final_check = fmt::format(
+          "PASS five stages (seed {}), but not recorded as checked: compute-sanitizer was not "
+          "found for memcheck and racecheck",
+          r.seed);
+      break;
+    }
     if (r.passed()) {
       best.record.stage = "checked";
       db_.put(best.record);
-      report.final_check = fmt::format("PASS (seed {})", r.seed);
+      report.final_check =
+          fmt::format("PASS (seed {}{})", r.seed, sanitize ? "; memcheck and racecheck clean" : "");
       break;
     }
     report.final_check = fmt::format("FAIL: {}", r.detail);

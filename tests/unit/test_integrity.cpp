@@ -1,0 +1,224 @@
+// The measurement's integrity rules without a GPU: physical limits, fresh inputs and digests,
+// the sanitizer's report, the worker's fence (seccomp) and the containment of kforge's child
+// processes on Ctrl-C.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "adversarial.h"
+#include "bench/limits.h"
+#include "check/sanitizer.h"
+#include "core/fresh_fill.h"
+#include "core/fresh_values.h"
+#include "core/process.h"
+#include "device/backend.h"
+#include "run/sandbox.h"
+#include "test_support.h"
+
+namespace kforge {
+namespace {
+
+Ceilings h200_like() {
+  Ceilings c;
+  c.copy_gbps = 4200;
+  c.matmul_tflops = 780;
+  return c;
+}
+
+TEST(PhysicalLimits, RefusesTimesBeyondTheCopyCeiling) {
+  // rmsnorm 8192x8192 bf16 moves 268 MB: about 64 us at 4200 GB/s.
+  const Cost cost{2.0 * 8192 * 8192 * 2 + 8192 * 2, 4.0 * 8192 * 8192};
+  const int64_t l2 = 60 << 20;
+  EXPECT_FALSE(physical_limit_violation(cost, 66.9e-6, h200_like(), l2));
+  EXPECT_FALSE(physical_limit_violation(cost, 55e-6, h200_like(), l2));  // within the margin
+  const auto why = physical_limit_violation(cost, 1.82e-6, h200_like(), l2);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("1.82 us is faster than this device allows"), std::string::npos) << *why;
+  EXPECT_NE(why->find("268451840 bytes"), std::string::npos) << *why;
+  EXPECT_NE(why->find("4200 GB/s"), std::string::npos) << *why;
+}
+
+TEST(PhysicalLimits, ProblemsThatFitInCacheGetAWiderMargin) {
+  const Cost cost{1 << 20, 0};  // 1 MiB: 0.25 us at 4200 GB/s
+  const int64_t l2 = 60 << 20;
+  EXPECT_FALSE(physical_limit_violation(cost, 0.12e-6, h200_like(), l2));
+  EXPECT_TRUE(physical_limit_violation(cost, 0.05e-6, h200_like(), l2));
+  EXPECT_TRUE(physical_limit_violation(cost, 0.12e-6, h200_like(), 0));  // no cache known
+}
+
+TEST(PhysicalLimits, RefusesTimesBeyondTheMatrixCeiling) {
+  // matmul 4096^3: 137 GFLOP, 176 us at 780 TFLOP/s.
+  const double flops = 2.0 * 4096 * 4096 * 4096;
+  const Cost cost{3.0 * 4096 * 4096 * 2, flops};
+  EXPECT_FALSE(physical_limit_violation(cost, 198e-6, h200_like(), 60 << 20));
+  const auto why = physical_limit_violation(cost, 85e-6, h200_like(), 60 << 20);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("780 TFLOP/s"), std::string::npos) << *why;
+  Ceilings no_matmul = h200_like();
+  no_matmul.matmul_tflops.reset();
+  EXPECT_FALSE(physical_limit_violation(cost, 85e-6, no_matmul, 60 << 20));
+}
+
+TEST(FreshValues, NormalIsCentredWithUnitSpreadAndIndicesStayInRange) {
+  double sum = 0, sum_sq = 0;
+  const int n = 1 << 18;
+  for (int i = 0; i < n; ++i) {
+    const double v = fresh::normal_at(42, static_cast<uint64_t>(i));
+    sum += v;
+    sum_sq += v * v;
+    ASSERT_LE(std::abs(v), 3.47);
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(std::sqrt(sum_sq / n), 1.0, 0.01);
+  int special = 0;
+  for (int i = 0; i < n; ++i) {
+    const int64_t v = fresh::index_at(7, static_cast<uint64_t>(i), 1000, -100, 1.0 / 16);
+    if (v == -100) {
+      ++special;
+    } else {
+      ASSERT_GE(v, 0);
+      ASSERT_LT(v, 1000);
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(special) / n, 1.0 / 16, 0.005);
+  // Different seeds, different values.
+  EXPECT_NE(fresh::normal_at(1, 5), fresh::normal_at(2, 5));
+}
+
+TEST(FreshValues, ARowRedrawnAloneMatchesTheWholeTensorsValues) {
+  std::vector<std::byte> whole(64 * 2), row(64 * 2);
+  FreshInput rule;
+  fill_fresh_host(whole.data(), DType::bf16, 0, 64, rule, 99);
+  fill_fresh_host(row.data(), DType::bf16, 16, 32, rule, 99);
+  EXPECT_EQ(0, std::memcmp(whole.data() + 32, row.data() + 32, 32));
+}
+
+TEST(OutputDigest, SeesEveryElementAndCountsPoison) {
+  auto backend = make_cpu_backend();
+  std::vector<float> y(1000, 1.0f);
+  DeviceSpan span{y.data(), DType::f32, 1000};
+  const OutputDigest a = backend->digest({&span, 1});
+  EXPECT_EQ(a.poisoned, 0);
+  y[517] = 1.0000001f;
+  const OutputDigest b = backend->digest({&span, 1});
+  EXPECT_NE(a.hash, b.hash);
+  std::swap(y[0], y[517]);  // same values, other places: another digest
+  EXPECT_NE(backend->digest({&span, 1}).hash, b.hash);
+  backend->poison(span);
+  y[3] = 0.0f;
+  EXPECT_EQ(backend->digest({&span, 1}).poisoned, 999);
+}
+
+TEST(Sanitizer, ReadsFindingsFromTheToolsReport) {
+  const std::string clean = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n";
+  EXPECT_TRUE(read_sanitizer_output(clean, 0).clean);
+  const std::string found =
+      "========= COMPUTE-SANITIZER\n"
+      "========= Invalid __global__ write of size 4 bytes\n"
+      "=========     at oob_kernel+0x70\n"
+      "kernel output that is not the tool's\n"
+      "========= ERROR SUMMARY: 3 errors\n";
+  const SanitizerVerdict v = read_sanitizer_output(found, 86);
+  EXPECT_FALSE(v.clean);
+  EXPECT_EQ(v.errors, 3);
+  EXPECT_NE(v.summary.find("Invalid __global__ write"), std::string::npos);
+  EXPECT_EQ(v.summary.find("kernel output"), std::string::npos);
+  const std::string races =
+      "========= Error: Race reported between Write access at k+0x10\n"
+      "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n";
+  EXPECT_EQ(read_sanitizer_output(races, 86).errors, 2);
+  EXPECT_FALSE(read_sanitizer_output("no summary at all", 86).clean);
+}
+
+// A child installs the worker's fence, then tries what a candidate might.
+TEST(Sandbox, ForbidsNewProcessesAndSignalsToOthersButNotThreads) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (!forbid_new_processes().empty()) _exit(10);
+    if (fork() != -1 || errno != EPERM) _exit(11);
+    char sh[] = "/bin/true";
+    char* argv[] = {sh, nullptr};
+    execv(sh, argv);  // returns only when it failed
+    if (errno != EPERM) _exit(12);
+    if (kill(getppid(), SIGKILL) != -1 || errno != EPERM) _exit(13);
+    if (std::system("true") == 0) _exit(14);
+    int ran = 0;
+    std::thread([&] { ran = 1; }).join();
+    if (ran != 1) _exit(15);
+    if (kill(getpid(), 0) != 0) _exit(16);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "step " << WEXITSTATUS(status) << " of the fence failed";
+}
+
+// Ctrl-C on kforge ends its workers too, however busy they are.
+TEST(Containment, CtrlCEndsEveryWorker) {
+  const auto dir = test::temp_dir("ctrl-c");
+  ::setenv("KFORGE_CACHE_DIR", test::shared_module_cache().c_str(), 1);
+  const std::string kernel = test::test_data_dir() + "/faulty/infinite_loop.cpp";
+  const pid_t kforge = fork();
+  ASSERT_GE(kforge, 0);
+  if (kforge == 0) {
+    setpgid(0, 0);
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    const std::string binary = test::kforge_binary();
+    execl(binary.c_str(), binary.c_str(), "check", kernel.c_str(), "--backend", "cpu", "--timeout",
+          "300", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until its worker runs the kernel that never ends.
+  const auto worker_of_kforge = [&] {
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::string cmdline = test::read_text(e.path() / "cmdline");
+      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+      if (cmdline.find("__worker") != std::string::npos &&
+          cmdline.find("--parent " + std::to_string(kforge) + " ") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (!worker_of_kforge() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(worker_of_kforge()) << "no worker started";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(kforge, SIGINT);
+  int status = 0;
+  waitpid(kforge, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+  // The worker is gone as soon as kforge is (it was killed before kforge re-raised SIGINT).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(worker_of_kforge());
+}
+
+TEST(BenchCli, ATimeBeyondTheCeilingsIsInvalidWithTheArithmetic) {
+  const auto dir = test::temp_dir("impossible");
+  ::setenv("KFORGE_CACHE_DIR", test::shared_module_cache().c_str(), 1);
+  // Ceilings far below what the CPU reaches: any honest time is then "impossible".
+  std::ofstream(dir / "ceilings.json") << R"({"device": {"name": "test"}, "date": "2026-11-24",
+             "ceilings": {"copy_gbps": 0.05, "matmul_tflops": null}})";
+  const CommandResult r =
+      run_command({test::kforge_binary(), "bench", test::kernels_dir() + "/rmsnorm/rmsnorm_cpu.cpp",
+                   "--shape", "256x256", "--backend", "cpu", "--no-baseline", "--ceilings",
+                   (dir / "ceilings.json").string()});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(test::printed_verdict(r.output), "INVALID") << r.output;
+  EXPECT_NE(r.output.find("is faster than this device allows"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0.05 GB/s"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kforge
