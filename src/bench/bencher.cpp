@@ -1,5 +1,7 @@
 #include "bench/bencher.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -30,8 +32,13 @@ std::optional<BaselineResult> time_baseline(Checker& checker, const KernelFile& 
     const auto path = library_kernels_dir() / starter_kernel(op.name(), cuda);
     if (!std::filesystem::exists(path)) return std::nullopt;
     const KernelFile starter = KernelFile::load(path);
+    const ParamValues defaults = starter.resolve_params();
+    const auto& params = candidate.build.variant.params;
     if (starter.source == file.source &&
-        candidate.build.variant.params == starter.with_derived(starter.resolve_params(), {})) {
+        std::all_of(defaults.begin(), defaults.end(), [&](const auto& p) {
+          const auto it = params.find(p.first);
+          return it != params.end() && it->second == p.second;
+        })) {
       return std::nullopt;  // the candidate is the starter itself
     }
     Verdict verdict = Verdict::ok;

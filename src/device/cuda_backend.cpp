@@ -108,6 +108,7 @@ class CudaBackend final : public DeviceBackend {
     KF_CUDA_CHECK(cudaMalloc(&digest_device_, kMaxDigests * 2 * sizeof(unsigned long long)));
     KF_CUDA_CHECK(cudaMallocHost(&digest_host_, kMaxDigests * 2 * sizeof(unsigned long long)));
     info_.max_sm_clock_mhz = clock_.max_sm_clock_mhz();
+    exercise_measurement();
   }
 
   ~CudaBackend() override {
@@ -257,7 +258,11 @@ class CudaBackend final : public DeviceBackend {
     // the worker is ended (the violation is fatal) and the thread with it.
     auto done = std::make_shared<std::promise<cudaError_t>>();
     std::future<cudaError_t> result = done->get_future();
-    std::thread([done] { done->set_value(cudaDeviceSynchronize()); }).detach();
+    const int device = info_.index;
+    std::thread([done, device] {
+      cudaSetDevice(device);
+      done->set_value(cudaDeviceSynchronize());
+    }).detach();
     if (result.wait_for(limit) != std::future_status::ready) {
       throw IntegrityViolation(
           fmt::format("work outside the given stream: the device was still busy {:.1f} s after "
@@ -278,6 +283,20 @@ class CudaBackend final : public DeviceBackend {
  private:
   void check(cudaError_t err, const char* where) {
     if (err != cudaSuccess) raise_device_error(err, where);
+  }
+
+  // Runs every step of a measurement once on kforge's own scratch buffer, so that whatever
+  // threads the runtime starts for them exist before any candidate runs: a worker that has more
+  // threads after a candidate's call than before it was left threads by the candidate.
+  void exercise_measurement() {
+    DeviceSpan scratch{flush_, DType::f32, 1024};
+    const auto repeatable = make_repeatable(
+        [&] { check(cudaMemsetAsync(flush_, 0, scratch.bytes(), stream_), "exercise"); },
+        {&scratch, 1});
+    fill_fresh(scratch, 0, scratch.count, FreshInput{}, 1);
+    time_once([&] { repeatable->launch(); }, false);
+    digest({&scratch, 1});
+    check_nothing_left_running(std::chrono::seconds(10));
   }
 
   SampleStats sample(const std::function<void()>& launch, bool cold_cache) {

@@ -8,9 +8,10 @@
 
 namespace kforge {
 
-// Dies with kforge (SIGKILL when the parent `kforge_pid` exits, checked once more after it is
-// set), asks the kernel to pick this process first when memory runs out, writes no core dumps
-// and no file larger than `max_file_bytes` (whatever a candidate prints lands in a log file).
+// Dies with its parent (SIGKILL when kforge, or the launcher kforge started it under, exits;
+// it exits at once if `kforge_pid` is already gone), asks the kernel to pick this process first
+// when memory runs out, writes no core dumps and no file larger than `max_file_bytes` (whatever a
+// candidate prints lands in a log file).
 void limit_worker_process(pid_t kforge_pid, long long max_file_bytes);
 
 // Installs a seccomp filter: fork, vfork, execve and clone without CLONE_THREAD fail with

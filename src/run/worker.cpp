@@ -177,7 +177,7 @@ class Worker {
     backend_->check_launch();
     backend_->synchronize();
     backend_->check_nothing_left_running(std::chrono::seconds(2));
-    nlohmann::json reply = {{"ok", true}};
+    nlohmann::json reply = {{"ok", true}, {"threads", count_threads()}};
     reply["seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
     reply["guard_violations"] = tensors.guard_violations();
     reply["inputs_modified"] = tensors.inputs_modified();
@@ -336,6 +336,10 @@ int run_worker(const WorkerFlags& flags) {
     return 2;
   }
   limit_worker_process(static_cast<pid_t>(flags.parent), kMaxLogBytes);
+  // Load every kernel of a module when the module is loaded, not at its first launch: loading
+  // a kernel while a candidate's own kernel still runs can wait for that kernel forever, and
+  // the wait would hide what the candidate left running.
+  ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
   Replies replies(channel->out);
   Requests requests(channel->in);
   std::string line;

@@ -101,6 +101,7 @@ void WorkerClient::ensure_started() {
                             log_tail()));
   }
   device_ = hello.body.at("device").get<DeviceInfo>();
+  threads_at_start_ = hello.body.value("threads", -1);
 }
 
 const DeviceInfo& WorkerClient::device() {
@@ -168,6 +169,12 @@ WorkerReply WorkerClient::lost_worker(const std::string& what) {
 
 WorkerReply WorkerClient::request(const nlohmann::json& request,
                                   std::chrono::milliseconds timeout) {
+  // A worker a candidate left threads in is replaced before other code runs there; replays
+  // still go to it, since they belong to the measurement that left them.
+  if (replace_before_next_ && request.value("op", "") != "replay") {
+    restart();
+    replace_before_next_ = false;
+  }
   if (request.value("op", "") != "hello") ensure_started();
   if (request.contains("module") && !request.at("module").get<std::string>().empty()) {
     ran_candidate_ = true;
@@ -211,6 +218,9 @@ WorkerReply WorkerClient::request(const nlohmann::json& request,
                     truncate_middle(*line, 160)));
   }
   reply.output = take_output();
+  if (threads_at_start_ > 0 && reply.body.value("threads", 0) > threads_at_start_) {
+    replace_before_next_ = true;
+  }
   if (reply.body.value("ok", false)) return reply;
   const std::string kind = reply.body.value("kind", "error");
   reply.detail = reply.body.value("error", std::string());

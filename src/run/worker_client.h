@@ -74,9 +74,11 @@ class WorkerClient {
   std::unique_ptr<ChildProcess> child_;
   std::optional<DeviceInfo> device_;
   std::filesystem::path log_path_;
-  size_t log_read_ = 0;         // bytes of the log already handed out as request output
-  uint64_t sequence_ = 0;       // of the last request; a reply must carry it
-  bool ran_candidate_ = false;  // the current worker has loaded candidate code
+  size_t log_read_ = 0;               // bytes of the log already handed out as request output
+  uint64_t sequence_ = 0;             // of the last request; a reply must carry it
+  bool ran_candidate_ = false;        // the current worker has loaded candidate code
+  int threads_at_start_ = -1;         // the worker's threads after it started
+  bool replace_before_next_ = false;  // a candidate left threads of its own in the worker
   int started_ = 0;
   bool owns_log_dir_ = false;  // a temporary directory we made, removed with the client
 };
