@@ -1,5 +1,6 @@
 // The CUDA backend: one device, one stream, events for timing, a scratch buffer twice the L2
 // size for cold-cache samples, NVML for clock monitoring and cuBLAS for the matmul ceiling.
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <random>
@@ -70,6 +71,11 @@ DeviceInfo query_device(int index) {
   throw KernelFault(what);
 }
 
+// Set once a candidate left work running that will never finish: freeing device memory (or a
+// graph) waits for the device to go idle, so from then on nothing is freed; the worker reports
+// and exits.
+std::atomic<bool> g_device_abandoned{false};
+
 // A call captured into a CUDA graph: launching it replays exactly the work the call put on
 // the captured stream (and streams it joined), and runs none of the candidate's host code.
 class CapturedCall final : public RepeatableCall {
@@ -77,6 +83,7 @@ class CapturedCall final : public RepeatableCall {
   CapturedCall(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream)
       : graph_(graph), exec_(exec), stream_(stream) {}
   ~CapturedCall() override {
+    if (g_device_abandoned) return;
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
   }
@@ -112,6 +119,7 @@ class CudaBackend final : public DeviceBackend {
   }
 
   ~CudaBackend() override {
+    if (g_device_abandoned) return;
     cudaFreeHost(digest_host_);
     cudaFree(digest_device_);
     cudaFree(flush_);
@@ -131,7 +139,9 @@ class CudaBackend final : public DeviceBackend {
     }
     return p;
   }
-  void release(void* ptr) noexcept override { cudaFree(ptr); }
+  void release(void* ptr) noexcept override {
+    if (!g_device_abandoned) cudaFree(ptr);
+  }
 
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
@@ -176,6 +186,13 @@ class CudaBackend final : public DeviceBackend {
     std::exception_ptr call_error;
     try {
       call();
+    } catch (const KernelFault& e) {
+      // Nothing runs while a stream is captured: an error now is the capture refusing a call.
+      call_error = std::make_exception_ptr(IntegrityViolation(fmt::format(
+          "the call cannot be captured into a CUDA graph ({}): it synchronized, allocated outside "
+          "stream order or used a stream it may not; a kernel file may only enqueue work on the "
+          "given stream (and streams it forks from it and joins back)",
+          e.what())));
     } catch (...) {
       call_error = std::current_exception();
     }
@@ -264,6 +281,7 @@ class CudaBackend final : public DeviceBackend {
       done->set_value(cudaDeviceSynchronize());
     }).detach();
     if (result.wait_for(limit) != std::future_status::ready) {
+      g_device_abandoned = true;
       throw IntegrityViolation(
           fmt::format("work outside the given stream: the device was still busy {:.1f} s after "
                       "the call's stream had finished",

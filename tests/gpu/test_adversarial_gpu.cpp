@@ -28,3 +28,38 @@ INSTANTIATE_TEST_SUITE_P(Files, AdversarialGpu, ::testing::ValuesIn(test::advers
 
 }  // namespace
 }  // namespace kforge
+
+namespace kforge {
+namespace {
+
+// Kernels whose faults the five stages cannot see pass them, and fail the sanitizer stage with
+// the tool that saw the fault named.
+struct SanitizerCase {
+  const char* file;
+  const char* tool;
+};
+
+class SanitizerStage : public ::testing::TestWithParam<SanitizerCase> {};
+
+TEST_P(SanitizerStage, FindsWhatTheStagesMiss) {
+  if (list_cuda_devices().empty()) GTEST_SKIP() << "no CUDA device";
+  ::setenv("KFORGE_CACHE_DIR", test::shared_module_cache().c_str(), 1);
+  const std::string file = test::test_data_dir() + "/faulty/" + GetParam().file;
+  const CommandResult plain = run_command({test::kforge_binary(), "check", file, "--dtype", "bf16"},
+                                          std::chrono::minutes(5));
+  EXPECT_EQ(test::printed_verdict(plain.output), "OK") << plain.output;
+  const CommandResult sanitized =
+      run_command({test::kforge_binary(), "check", file, "--dtype", "bf16", "--sanitize"},
+                  std::chrono::minutes(10));
+  EXPECT_EQ(test::printed_verdict(sanitized.output), "WRONG") << sanitized.output;
+  EXPECT_NE(sanitized.output.find(std::string("sanitize / ") + GetParam().tool), std::string::npos)
+      << sanitized.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, SanitizerStage,
+                         ::testing::Values(SanitizerCase{"racy_but_right.cu", "racecheck"},
+                                           SanitizerCase{"uninit_read.cu", "initcheck"}),
+                         [](const auto& info) { return std::string(info.param.tool); });
+
+}  // namespace
+}  // namespace kforge
