@@ -79,7 +79,7 @@ std::vector<std::pair<size_t, std::string>> samples_to_check(const std::vector<S
     add(by_time[(by_time.size() - 1) / 2]->index, "the median");
   }
   for (const auto& r : rows) {
-    if (r.kind == "trap") add(r.index, "a trap: one input row changed since the sample before");
+    if (r.kind == "trap") add(r.index, "a trap: a few inputs changed since the sample before");
   }
   std::random_device rd;
   for (int i = 0; i < random_checks && !timed.empty(); ++i) {

@@ -6,7 +6,7 @@
 //   3. stability      adversarial inputs (near max, near zero, mixed scales, zeros, equal, ...)
 //                     at 10x tolerance
 //   4. determinism    bitwise-equal outputs over repeated runs and from a second worker process,
-//                     then one input row changed: a kernel that returns results it kept from
+//                     then a few inputs changed: a kernel that returns results it kept from
 //                     an earlier call fails here
 //   5. edge_cases     the op's edge sizes (one row, one column, odd and prime widths) x dtypes
 //
@@ -121,7 +121,7 @@ class Checker {
                           double tolerance_scale, std::chrono::milliseconds timeout);
 
   // Runs one problem three times in the current worker and once in a fresh one; every output
-  // must be bitwise identical. Then one row of the first input changes and the problem runs
+  // must be bitwise identical. Then a few elements of the first input change and the problem runs
   // once more in that worker, against the reference. `record` receives each case and returns
   // whether it passed.
   bool check_determinism(const OpSpec& op, const CompileResult& build, const SizeCase& size,

@@ -67,6 +67,16 @@ KF_HOST_DEVICE inline int64_t index_at(uint64_t seed, uint64_t i, int64_t bound,
   return bound > 0 ? static_cast<int64_t>((h & 0xffffffffffull) % static_cast<uint64_t>(bound)) : 0;
 }
 
+// A trap changes this many elements of an input, scattered over it: few enough that a kernel
+// which recognizes its inputs by a sample of them takes the changed inputs for the old ones,
+// and each change moves some output of most ops far beyond its tolerance.
+inline constexpr int kTrapElements = 8;
+
+// Where the j-th changed element of a trap drawn from `trap_seed` sits among `count` elements.
+KF_HOST_DEVICE inline int64_t trap_element(uint64_t trap_seed, int j, int64_t count) {
+  return index_at(trap_seed, static_cast<uint64_t>(j), count, 0, 0.0);
+}
+
 // A digest of a buffer is the sum, modulo 2^64, of one term per element: the same whatever the
 // order the terms are added in, so a parallel reduction gives the same digest as a loop.
 KF_HOST_DEVICE inline uint64_t digest_term(uint64_t i, uint64_t element_bits) {

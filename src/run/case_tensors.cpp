@@ -53,16 +53,16 @@ void CaseTensors::generate_inputs(InputKind kind, uint64_t seed) {
   op_.generate(sizes_, kind, seed, inputs_);
 }
 
-int64_t CaseTensors::rows_of(size_t input) const {
-  const HostTensor& t = inputs_.at(input);
-  const int64_t row = t.shape.empty() ? 1 : std::max<int64_t>(1, t.shape.back());
-  return t.numel() / row;
-}
-
-void CaseTensors::redraw_row(size_t input, int64_t row, const FreshInput& rule, uint64_t seed) {
+int64_t CaseTensors::redraw_trap_elements(size_t input, const FreshInput& rule,
+                                          uint64_t trap_seed) {
   HostTensor& t = inputs_.at(input);
-  const int64_t len = t.shape.empty() ? 1 : t.shape.back();
-  fill_fresh_host(t.data, t.dtype, row * len, (row + 1) * len, rule, seed);
+  const int64_t count = t.numel();
+  if (count == 0) return 0;
+  for (int j = 0; j < fresh::kTrapElements; ++j) {
+    const int64_t e = fresh::trap_element(trap_seed, j, count);
+    fill_fresh_host(t.data, t.dtype, e, e + 1, rule, fresh::mix(trap_seed + 1));
+  }
+  return fresh::trap_element(trap_seed, 0, count);
 }
 
 void CaseTensors::poison_outputs() {

@@ -27,10 +27,9 @@ class CaseTensors {
   size_t largest_tensor_elements() const;
 
   void generate_inputs(InputKind kind, uint64_t seed);
-  // Redraws one row (the last dimension) of input `input` as `rule` says, from `seed`.
-  void redraw_row(size_t input, int64_t row, const FreshInput& rule, uint64_t seed);
-  // Rows of input `input`: its elements over its last dimension.
-  int64_t rows_of(size_t input) const;
+  // Redraws the kTrapElements scattered elements of input `input` that `trap_seed` picks, as
+  // `rule` says (see core/fresh_values.h). Returns the first one changed.
+  int64_t redraw_trap_elements(size_t input, const FreshInput& rule, uint64_t trap_seed);
   // Sets every bit of every output (a NaN in the floating types): an element a kernel does not
   // write is caught.
   void poison_outputs();

@@ -71,11 +71,11 @@ void TimedSession::prepare_inputs(const Sample& sample) {
   for (size_t t = 0; t < inputs_.size(); ++t) {
     backend_.fill_fresh(inputs_[t], 0, inputs_[t].count, fresh_.at(t), fresh::mix(seed + t));
   }
-  if (sample.trap_row >= 0 && !inputs_.empty()) {
-    const TensorRef& first = tensors_->refs().front();
-    const int64_t row = first.shape.empty() ? 1 : first.shape.back();
-    backend_.fill_fresh(inputs_[0], sample.trap_row * row, (sample.trap_row + 1) * row,
-                        fresh_.at(0), sample.trap_seed);
+  if (sample.kind == Sample::Kind::trap && !inputs_.empty() && inputs_[0].count > 0) {
+    for (int j = 0; j < fresh::kTrapElements; ++j) {
+      const int64_t e = fresh::trap_element(sample.trap_seed, j, inputs_[0].count);
+      backend_.fill_fresh(inputs_[0], e, e + 1, fresh_.at(0), fresh::mix(sample.trap_seed + 1));
+    }
   }
 }
 
@@ -93,19 +93,6 @@ nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t see
   samples_.clear();
   Rng rng(seed, 0x70726f6265);
   const std::map<size_t, int> positions = probe_positions(probes, settings.min_samples, rng);
-  const TensorRef* first_input = nullptr;
-  for (const auto& r : tensors_->refs()) {
-    if (!r.is_output) {
-      first_input = &r;
-      break;
-    }
-  }
-  int64_t rows = 0;
-  if (first_input) {
-    const int64_t row =
-        first_input->shape.empty() ? 1 : std::max<int64_t>(1, first_input->shape.back());
-    rows = static_cast<int64_t>(first_input->bytes / dtype_size(first_input->dtype)) / row;
-  }
 
   // Warm-up: module load, first-launch costs and clock ramp-up stay out of the samples. Its
   // inputs come from seeds past any sample's.
@@ -133,10 +120,8 @@ nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t see
     if (const auto it = positions.find(i); it != positions.end()) {
       s.kind = it->second == 2 ? Sample::Kind::trap : Sample::Kind::repeat;
       s.inputs_from = i - 1;
-      if (s.kind == Sample::Kind::trap && rows > 0) {
-        s.trap_row = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(rows));
+      if (s.kind == Sample::Kind::trap)
         s.trap_seed = fresh::mix(seed ^ fresh::mix(0x74726170ull + i));
-      }
     }
     samples_.push_back(s);
     const double ms = take(s, settings.cold_cache);
@@ -152,7 +137,6 @@ nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t see
                        {"ms", ms},
                        {"throttled", clock.throttled},
                        {"inputs_from", s.inputs_from},
-                       {"trap_row", s.trap_row},
                        {"digest", d.hash},
                        {"poisoned", d.poisoned}});
     if (d.poisoned > 0) {

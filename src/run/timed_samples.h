@@ -4,7 +4,7 @@
 // nobody can predict and the outputs are poisoned; after it, a digest of the outputs is taken
 // and any element left unwritten ends the sampling. A few probes sit among the samples: repeats
 // of the previous sample's inputs (a kernel that reuses work shows up as faster there) and a
-// trap that changes one row of them (a kernel that reuses work returns the old outputs). The
+// trap that changes a few of them (a kernel that reuses work returns the old outputs). The
 // session is kept until the next request, so kforge can ask for any sample again (`replay`)
 // and check it against the reference.
 #pragma once
@@ -46,8 +46,7 @@ class TimedSession {
   struct Sample {
     enum class Kind { timed, repeat, trap } kind = Kind::timed;
     size_t inputs_from = 0;  // the sample whose inputs this one uses (itself, or the one before)
-    int64_t trap_row = -1;
-    uint64_t trap_seed = 0;
+    uint64_t trap_seed = 0;  // a trap's changed elements and their values come from this
   };
 
   uint64_t inputs_seed(size_t index) const;
