@@ -223,6 +223,17 @@ void sweep_orphans() {
   }
 }
 
+int count_own_threads() {
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return -1;
+  int n = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
 std::vector<pid_t> live_child_groups() {
   std::vector<pid_t> out;
   for (const auto& slot : g_groups) {

@@ -79,6 +79,8 @@ std::optional<Channel> parse_channel(const std::string& text);
 void contain_child_processes();
 // Ends and reaps every process reparented to kforge that it did not start itself.
 void sweep_orphans();
+// Threads of the calling process now (from /proc/self/task); -1 when that cannot be read.
+int count_own_threads();
 // Process groups kforge has running now (for tests and diagnostics).
 std::vector<pid_t> live_child_groups();
 

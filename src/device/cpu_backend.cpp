@@ -1,7 +1,5 @@
 // The CPU backend: "device" memory is host memory, the stream is null, and timing is a steady
 // clock around the call. It lets the whole pipeline run, and be tested, without a GPU.
-#include <dirent.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +13,7 @@
 
 #include "bench/statistics.h"
 #include "core/fresh_fill.h"
+#include "core/process.h"
 #include "device/backend.h"
 
 namespace kforge {
@@ -25,18 +24,6 @@ std::string read_first_line(const std::string& path) {
   std::string line;
   std::getline(in, line);
   return line;
-}
-
-// Threads of this process now.
-int count_threads() {
-  DIR* dir = opendir("/proc/self/task");
-  if (!dir) return -1;
-  int n = 0;
-  while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
 }
 
 // The call itself: on the CPU there is no stream for work to escape from, only threads (see
@@ -79,7 +66,7 @@ std::string cpu_model_name() {
 
 class CpuBackend final : public DeviceBackend {
  public:
-  CpuBackend() : info_(cpu_device_info()), threads_at_start_(count_threads()) {
+  CpuBackend() : info_(cpu_device_info()), threads_at_start_(count_own_threads()) {
     // Twice the last-level cache, rounded to a page, so one pass evicts everything.
     flush_.resize(static_cast<size_t>(std::max<int64_t>(info_.l2_bytes, 8 << 20) * 2));
   }
@@ -158,7 +145,7 @@ class CpuBackend final : public DeviceBackend {
   }
 
   void check_nothing_left_running(std::chrono::milliseconds) override {
-    const int now = count_threads();
+    const int now = count_own_threads();
     if (threads_at_start_ > 0 && now > threads_at_start_) {
       throw IntegrityViolation(
           fmt::format("work outside the call: it left {} thread(s) running after it returned",

@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kforge/float_convert.cuh"
+
 namespace kforge {
 namespace {
 
@@ -16,25 +18,10 @@ int blocks_for(int64_t n) {
 }
 
 template <typename T>
-__device__ T from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-template <typename T>
 __global__ void fill_normal_kernel(T* out, int64_t begin, int64_t end, float scale, uint64_t seed) {
   for (int64_t i = begin + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < end;
        i += int64_t(gridDim.x) * blockDim.x) {
-    out[i] = from_float<T>(__fmul_rn(fresh::normal_at(seed, static_cast<uint64_t>(i)), scale));
+    out[i] = kf_from_float<T>(__fmul_rn(fresh::normal_at(seed, static_cast<uint64_t>(i)), scale));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cfloat>
 
 #include "device/reference_kernels.h"
+#include "kforge/float_convert.cuh"
 
 namespace kforge {
 namespace {
@@ -48,30 +49,6 @@ __global__ void masked_softmax_kernel(float* scores, int64_t s, float scale, boo
   }
 }
 
-__device__ float to_float(float x) {
-  return x;
-}
-__device__ float to_float(__half x) {
-  return __half2float(x);
-}
-__device__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <typename T>
-__device__ T from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
 __global__ void square_kernel(float* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -83,8 +60,8 @@ template <typename T>
 __global__ void silu_mul_kernel(const T* gate, const T* up, T* h, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = to_float(gate[i]);
-    h[i] = from_float<T>(g / (1.f + expf(-g)) * to_float(up[i]));
+    const float g = kf_to_float(gate[i]);
+    h[i] = kf_from_float<T>(g / (1.f + expf(-g)) * kf_to_float(up[i]));
   }
 }
 

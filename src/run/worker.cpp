@@ -3,7 +3,6 @@
 // the measurement) happens here, and kforge sees it as a verdict. Before any candidate code is
 // loaded, the worker fences itself in (run/sandbox.h).
 #include <cuda_runtime.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -95,17 +94,6 @@ class Module {
   Entry entry_ = nullptr;
 };
 
-int count_threads() {
-  DIR* dir = opendir("/proc/self/task");
-  if (!dir) return -1;
-  int n = 0;
-  while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
-
 class Worker {
  public:
   explicit Worker(std::unique_ptr<DeviceBackend> backend) : backend_(std::move(backend)) {}
@@ -118,7 +106,7 @@ class Worker {
       return {{"ok", true},
               {"device", backend_->info()},
               {"pid", getpid()},
-              {"threads", count_threads()}};
+              {"threads", count_own_threads()}};
     }
     if (op == "ceilings") return {{"ok", true}, {"ceilings", backend_->measure_ceilings()}};
     if (op == "run") return run(request);
@@ -177,7 +165,7 @@ class Worker {
     backend_->check_launch();
     backend_->synchronize();
     backend_->check_nothing_left_running(std::chrono::seconds(2));
-    nlohmann::json reply = {{"ok", true}, {"threads", count_threads()}};
+    nlohmann::json reply = {{"ok", true}, {"threads", count_own_threads()}};
     reply["seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
     reply["guard_violations"] = tensors.guard_violations();
     reply["inputs_modified"] = tensors.inputs_modified();
@@ -226,7 +214,7 @@ class Worker {
     nlohmann::json reply = session_->measure(request.at("settings").get<BenchSettings>(),
                                              request.at("seed").get<uint64_t>(), probes);
     if (!library_)
-      reply["threads"] = count_threads();
+      reply["threads"] = count_own_threads();
     else
       reply["baseline"] = library_->describe();
     return reply;

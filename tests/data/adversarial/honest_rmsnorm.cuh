@@ -9,14 +9,12 @@
 
 constexpr int kHonestThreads = 256;
 
-__global__ void __launch_bounds__(kHonestThreads)
-    honest_rmsnorm_rows(const kf_elem* __restrict__ x,       // x: [M, N]
-                        const kf_elem* __restrict__ weight,  // weight: [N]
-                        kf_elem* __restrict__ y,             // y: [M, N]
-                        int N, float eps) {
+// One row of y by one block of kHonestThreads threads.
+__device__ __forceinline__ void honest_rmsnorm_row(const kf_elem* __restrict__ x_row,   // [N]
+                                                   const kf_elem* __restrict__ weight,  // [N]
+                                                   kf_elem* __restrict__ y_row,         // [N]
+                                                   int N, float eps) {
   __shared__ float partial[kHonestThreads / 32];
-  const kf_elem* x_row = x + int64_t(blockIdx.x) * N;
-  kf_elem* y_row = y + int64_t(blockIdx.x) * N;
   float sum = 0.0f;
   for (int j = threadIdx.x; j < N; j += kHonestThreads) {
     const float v = kf_to_float(x_row[j]);
@@ -33,6 +31,14 @@ __global__ void __launch_bounds__(kHonestThreads)
   for (int j = threadIdx.x; j < N; j += kHonestThreads) {
     y_row[j] = kf_from_float<kf_elem>(kf_to_float(x_row[j]) * inv_rms * kf_to_float(weight[j]));
   }
+}
+
+__global__ void __launch_bounds__(kHonestThreads)
+    honest_rmsnorm_rows(const kf_elem* __restrict__ x,       // x: [M, N]
+                        const kf_elem* __restrict__ weight,  // weight: [N]
+                        kf_elem* __restrict__ y,             // y: [M, N]
+                        int N, float eps) {
+  honest_rmsnorm_row(x + int64_t(blockIdx.x) * N, weight, y + int64_t(blockIdx.x) * N, N, eps);
 }
 
 // Launches the honest kernel for the op's tensors on `stream`; returns a kf_status.
