@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -166,8 +167,18 @@ inline void run_adversarial(const AdversarialRun& run) {
                                    (dir / "tune.json").string()};
   tune.insert(tune.end(), run.tune_args.begin(), run.tune_args.end());
   const CommandResult tuned = kforge(tune, std::chrono::minutes(10));
+  // The record of what kforge said, for the test log.
+  std::string winner = "(no report)";
+  nlohmann::json report;
+  if (std::filesystem::exists(dir / "tune.json")) {
+    report = nlohmann::json::parse(std::ifstream(dir / "tune.json"));
+    winner =
+        report.at("best").is_null() ? "none" : report.at("best").at("variant").get<std::string>();
+  }
+  std::printf("verdicts %s: check %s, bench %s, tune winner %s\n", run.file.filename().c_str(),
+              check_verdict.c_str(), bench_verdict.c_str(), winner.c_str());
   if (expect.tune != "loses") return;
-  const auto report = nlohmann::json::parse(std::ifstream(dir / "tune.json"));
+  ASSERT_TRUE(report.is_object()) << tuned.output;
   const std::string name = run.file.filename().string();
   bool evaluated = false;
   for (const auto& e : report.at("evaluations")) {
