@@ -78,7 +78,11 @@ class CpuBackend final : public DeviceBackend {
     if (!p) throw OutOfMemory(fmt::format("host allocation of {} bytes failed", bytes));
     return p;
   }
-  void release(void* ptr) noexcept override { std::free(ptr); }
+  // Once a call left threads running, they may still write into any buffer: nothing is freed
+  // from then on (the worker reports and exits).
+  void release(void* ptr) noexcept override {
+    if (!abandoned_) std::free(ptr);
+  }
   void copy_to_device(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }
@@ -147,6 +151,7 @@ class CpuBackend final : public DeviceBackend {
   void check_nothing_left_running(std::chrono::milliseconds) override {
     const int now = count_own_threads();
     if (threads_at_start_ > 0 && now > threads_at_start_) {
+      abandoned_ = true;
       throw IntegrityViolation(
           fmt::format("work outside the call: it left {} thread(s) running after it returned",
                       now - threads_at_start_),
@@ -182,6 +187,7 @@ class CpuBackend final : public DeviceBackend {
   std::vector<char> flush_;
   unsigned flush_round_ = 0;
   int threads_at_start_ = 0;
+  bool abandoned_ = false;
 };
 
 }  // namespace

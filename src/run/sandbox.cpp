@@ -7,7 +7,10 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstddef>
@@ -87,7 +90,47 @@ uint32_t fail_with(int errno_value) {
   return SECCOMP_RET_ERRNO | (static_cast<uint32_t>(errno_value) & SECCOMP_RET_DATA);
 }
 
+// The first forbidden system call made since forbidden_attempt() last looked, or -1.
+std::atomic<int> g_forbidden_syscall{-1};
+
+// A forbidden call traps here instead of running: it is recorded, and returns EPERM to its
+// caller, as if the kernel had refused it.
+void on_forbidden_syscall(int, siginfo_t* info, void* context) {
+  int expected = -1;
+  g_forbidden_syscall.compare_exchange_strong(expected, info->si_syscall);
+  auto* uc = static_cast<ucontext_t*>(context);
+#if defined(__x86_64__)
+  uc->uc_mcontext.gregs[REG_RAX] = -EPERM;
+#elif defined(__aarch64__)
+  uc->uc_mcontext.regs[0] = static_cast<unsigned long long>(-EPERM);
+#endif
+}
+
 }  // namespace
+
+std::optional<std::string> forbidden_attempt() {
+  const int nr = g_forbidden_syscall.exchange(-1);
+  if (nr < 0) return std::nullopt;
+  switch (nr) {
+#ifdef __NR_fork
+    case __NR_fork:
+#endif
+#ifdef __NR_vfork
+    case __NR_vfork:
+#endif
+    case __NR_clone:
+      return "start a process (fork/clone)";
+    case __NR_execve:
+    case __NR_execveat:
+      return "run a program (exec)";
+    case __NR_ptrace:
+    case __NR_process_vm_readv:
+    case __NR_process_vm_writev:
+      return "reach into another process";
+    default:
+      return "signal another process";
+  }
+}
 
 void limit_worker_process(pid_t kforge_pid, long long max_file_bytes) {
   // Dies with its parent: kforge, or the launcher (a sanitizer) kforge started it under.
@@ -108,7 +151,14 @@ std::string forbid_new_processes() {
   return "no seccomp filter for this architecture";
 #else
   const auto self = static_cast<uint32_t>(getpid());
-  const uint32_t eperm = fail_with(EPERM);
+  // Forbidden calls trap (SIGSYS) so that the attempt is seen; if the handler cannot be set,
+  // they fail with EPERM unseen.
+  struct sigaction action {};
+  action.sa_sigaction = on_forbidden_syscall;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  const uint32_t eperm =
+      sigaction(SIGSYS, &action, nullptr) == 0 ? SECCOMP_RET_TRAP : fail_with(EPERM);
   Filter f;
   // A syscall made through another ABI (x32, or 32-bit x86) would bypass the numbers below.
   f.load(kArchOffset);

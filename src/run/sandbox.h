@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <optional>
 #include <string>
 
 namespace kforge {
@@ -17,8 +18,14 @@ void limit_worker_process(pid_t kforge_pid, long long max_file_bytes);
 // Installs a seccomp filter: fork, vfork, execve and clone without CLONE_THREAD fail with
 // EPERM (threads are still allowed), clone3 with ENOSYS (glibc then falls back to clone);
 // kill, tgkill and tkill may reach only this process; ptrace, process_vm_readv/writev and
-// pidfd_send_signal fail. Returns "" when installed, else why not (the caller logs it and
-// goes on with process groups as the only fence).
+// pidfd_send_signal fail. Each such attempt is recorded (see forbidden_attempt()); one made
+// with SIGSYS blocked (as glibc's posix_spawn does) ends the process instead. Returns ""
+// when installed, else why not (the caller logs it and goes on with process groups as the only
+// fence).
 std::string forbid_new_processes();
+
+// What the process last tried that the filter forbids ("start a process (fork/clone)", ...),
+// once; nullopt when nothing was tried since the last look.
+std::optional<std::string> forbidden_attempt();
 
 }  // namespace kforge

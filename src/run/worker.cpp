@@ -352,24 +352,34 @@ int run_worker(const WorkerFlags& flags) {
         fmt::print(stderr, "kforge worker: no seccomp filter ({}); process groups only\n", why);
       }
     }
+    nlohmann::json reply;
+    bool exit_after = false;  // the device context, or what the candidate left, is unusable
     try {
-      replies.send(worker->handle(request), seq);
+      reply = worker->handle(request);
     } catch (const OutOfMemory& e) {
-      replies.send(failure("oom", e.what()), seq);
+      reply = failure("oom", e.what());
     } catch (const KernelFault& e) {
-      // The device context is unusable after a fault: answer, then make way for a new worker.
-      replies.send(failure("fault", e.what()), seq);
-      std::_Exit(3);
+      reply = failure("fault", e.what());
+      exit_after = true;
     } catch (const IntegrityViolation& e) {
-      replies.send(failure(e.fatal() ? "fatal" : "invalid", e.what()), seq);
-      if (e.fatal()) std::_Exit(3);
+      reply = failure(e.fatal() ? "fatal" : "invalid", e.what());
+      exit_after = e.fatal();
     } catch (const StatusError& e) {
-      replies.send(failure("status", e.what()), seq);
+      reply = failure("status", e.what());
     } catch (const LoadError& e) {
-      replies.send(failure("load", e.what()), seq);
+      reply = failure("load", e.what());
     } catch (const std::exception& e) {
-      replies.send(failure("error", e.what()), seq);
+      reply = failure("error", e.what());
     }
+    // Hostile even when it failed: a candidate that tried to leave the fence is not timed.
+    if (const auto attempt = forbidden_attempt()) {
+      reply = failure(exit_after ? "fatal" : "invalid",
+                      fmt::format("the kernel tried to {}, which kernel files may not do (the "
+                                  "attempt failed)",
+                                  *attempt));
+    }
+    replies.send(reply, seq);
+    if (exit_after) std::_Exit(3);
   }
   return 0;
 }

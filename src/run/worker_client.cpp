@@ -162,6 +162,15 @@ WorkerReply WorkerClient::lost_worker(const std::string& what) {
   const ExitStatus status = child_->kill_and_wait();
   sweep_orphans();
   reply.detail = fmt::format("{}: worker {}", what, status.describe());
+  if (status.signal == SIGSYS) {
+    // The worker's fence ends a forbidden system call this way when it cannot refuse it
+    // quietly (signals blocked, as around posix_spawn).
+    reply.verdict = Verdict::invalid;
+    reply.detail = fmt::format(
+        "the kernel made a system call kernel files may not make (to start a process, run a "
+        "program or signal another process); the worker was ended ({})",
+        status.describe());
+  }
   reply.output = take_output();
   child_.reset();
   return reply;

@@ -5,8 +5,8 @@
  */
 // Adversarial: tries to leave processes behind that outlive kforge: a forked child that leaves
 // the process group (setsid), a spawned program, a shell. A worker may not start processes:
-// every attempt fails, and the kernel (otherwise honest) gets its verdict.
-// expect: check=OK bench=OK tune=any
+// every attempt fails, and the attempt alone makes the (otherwise honest) kernel INVALID.
+// expect: check=INVALID bench=INVALID tune=loses
 #include <spawn.h>
 #include <unistd.h>
 #include <cstdlib>

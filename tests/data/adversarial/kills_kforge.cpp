@@ -4,8 +4,9 @@
  * dtypes: f16, bf16, f32
  */
 // Adversarial: tries to end kforge itself (its parent), and kforge's process group. A worker
-// may signal only itself: kforge lives on, and the kernel (otherwise honest) gets its verdict.
-// expect: check=OK bench=OK tune=any
+// may signal only itself: kforge lives on, and the attempt alone makes the (otherwise honest)
+// kernel INVALID.
+// expect: check=INVALID bench=INVALID tune=loses
 #include <signal.h>
 #include <unistd.h>
 
