@@ -149,6 +149,7 @@ nlohmann::json Measurement::to_json() const {
   return {{"verdict", verdict_name(verdict)},
           {"detail", detail},
           {"samples_taken", samples_taken},
+          {"probes", probes},
           {"timed", stats_json(stats)},
           {"repeats", stats_json(repeat_stats)},
           {"checks", checks},
@@ -212,6 +213,7 @@ Measurement measure(Checker& checker, WorkerClient& worker, const OpSpec& op, co
                   fmt::format("timed sample {} ({}) left {} output elements unwritten", r.index,
                               r.kind, r.poisoned));
     }
+    if (r.kind != "timed") ++m.probes;
     if (r.throttled) continue;
     if (r.kind == "timed") timed_ms.push_back(r.ms);
     if (r.kind == "repeat") repeat_ms.push_back(r.ms);

@@ -63,7 +63,8 @@ struct Measurement {
   int sm_clock_mhz = 0;
   std::string stop_reason;
   // The integrity record: samples, probes and which samples were checked, and how.
-  size_t samples_taken = 0;
+  size_t samples_taken = 0;         // timed samples and probes (not the warm-up)
+  size_t probes = 0;                // repeats and traps among them
   SampleStats repeat_stats;         // repeats of the previous sample's inputs
   std::vector<std::string> checks;  // "sample 17 (fastest): matches the reference", ...
   std::string output;               // what the worker printed meanwhile (truncated)

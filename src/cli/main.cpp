@@ -284,10 +284,10 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   } else {
     const Measurement& m = r.measurement;
     fmt::print(
-        "{:<9} OK: {} samples, each on fresh inputs; {} warm-up runs; repeats of the "
-        "previous inputs {:.2f} us (median of {}); all work on the given stream\n",
-        "verdict", m.samples_taken, m.warmup_runs, m.repeat_stats.median * 1e3,
-        m.repeat_stats.count);
+        "{:<9} OK: {} samples on fresh inputs and {} probes (repeats of the previous "
+        "inputs: {:.2f} us median); {} warm-up runs{}\n",
+        "verdict", m.samples_taken - m.probes, m.probes, m.repeat_stats.median * 1e3, m.warmup_runs,
+        d.backend == "cuda" ? "; all its work on the given stream" : "");
     for (const auto& c : m.checks)
       fmt::print("{:<9} {}\n", "checked", c);
     const double us = 1e3;
