@@ -30,6 +30,10 @@
 
 namespace kforge {
 
+// The version of this timing path's rules. Results recorded under another (the tuner's
+// database) are not trusted: a live tune evaluates those variants again.
+inline constexpr const char* kMeasurementMethod = "integrity-1";
+
 // What is timed: a compiled module, or the op's library call (cuBLAS; see cublas_ops.h).
 struct TimedTarget {
   std::filesystem::path module;

@@ -41,6 +41,9 @@ struct EvaluationRecord {
   uint64_t seed = 0;
   std::string recorded_at;
   std::string git_sha;
+  // The timing method the evaluation was made with (kMeasurementMethod); a live tune evaluates
+  // again what another method recorded. Empty for records from before methods were named.
+  std::string method;
 
   bool timed() const { return verdict == Verdict::ok && stats.count > 0; }
   // What strategies minimize: the median time, or +infinity for anything not timed.

@@ -93,6 +93,8 @@ class LiveEvaluator final : public Evaluator {
     Pending p{point, variant_at(space_, point, problem_.dtype, arch_)};
     if (options_.use_database) {
       p.known = db_.find(p.variant.key(), problem_.key(), device_key_);
+      // Recorded by another timing method (older rules): not trusted, evaluated again.
+      if (p.known && p.known->method != kMeasurementMethod) p.known.reset();
     }
     if (!p.known) {
       const KernelFile* file = space_.files()[space_.point(point).file];
@@ -165,6 +167,7 @@ class LiveEvaluator final : public Evaluator {
     const OpSpec& op = *problem_.op;
     const KernelFile& file = *space_.files()[space_.point(point).file];
     EvaluationRecord r = new_record(problem_, device_key_, build.variant);
+    r.method = kMeasurementMethod;
     r.compile_seconds = build.seconds;
     r.seed = input_seed_;
     r.registers = build.resources.max_registers();

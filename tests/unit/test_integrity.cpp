@@ -22,6 +22,8 @@
 #include "run/sandbox.h"
 #include "test_support.h"
 
+#include <sqlite3.h>
+
 namespace kforge {
 namespace {
 
@@ -232,6 +234,47 @@ TEST(BenchCli, ATimeBeyondTheCeilingsIsInvalidWithTheArithmetic) {
   EXPECT_EQ(test::printed_verdict(r.output), "INVALID") << r.output;
   EXPECT_NE(r.output.find("is faster than this device allows"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("0.05 GB/s"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kforge
+
+namespace kforge {
+namespace {
+
+// A results database written by an older timing method (here: rows edited to claim an
+// impossible time and no method) is not trusted by a live tune: every variant is timed again.
+TEST(ResultsDbIntegrity, RecordsOfAnotherTimingMethodAreTimedAgain) {
+  const auto dir = test::temp_dir("method");
+  ::setenv("KFORGE_CACHE_DIR", test::shared_module_cache().c_str(), 1);
+  const std::string db = (dir / "results.sqlite").string();
+  const std::vector<std::string> tune = {test::kforge_binary(),
+                                         "tune",
+                                         test::kernels_dir() + "/rmsnorm/rmsnorm_cpu.cpp",
+                                         "--shape",
+                                         "64x64",
+                                         "--strategy",
+                                         "exhaustive",
+                                         "--no-final-check",
+                                         "--backend",
+                                         "cpu",
+                                         "--db",
+                                         db,
+                                         "--json",
+                                         (dir / "report.json").string()};
+  const CommandResult first = run_command(tune, std::chrono::minutes(5));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(handle, "UPDATE evaluations SET method = '', median_ms = 1e-9", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(handle);
+  const CommandResult again = run_command(tune, std::chrono::minutes(5));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const auto report = nlohmann::json::parse(std::ifstream(dir / "report.json"));
+  EXPECT_EQ(report.at("from_database"), 0);
+  EXPECT_GT(report.at("best").at("time_us").at("median").get<double>(), 1e-3);
 }
 
 }  // namespace
