@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <regex>
 
 #include <fmt/format.h>
@@ -12,8 +13,10 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/run_info.h"
+#include "device/backend.h"
 #include "device/ceilings.h"
 #include "profile/planner.h"
+#include "run/worker_client.h"
 
 namespace kforge {
 namespace {
@@ -29,7 +32,20 @@ std::string number_or_dash(const std::optional<double>& v, const char* format) {
   return v ? fmt::format(fmt::runtime(format), *v) : "-";
 }
 
-// The measured ceilings for the profile's GPU: a file, or the cache by device name.
+// When a GPU of the profile's kind is visible here, its ceilings, measured now (and cached).
+std::optional<Ceilings> measure_ceilings_here(const std::string& device, const fs::path& cache) {
+  const auto devices = list_cuda_devices();
+  const auto same = std::find_if(devices.begin(), devices.end(),
+                                 [&](const DeviceInfo& d) { return d.name == device; });
+  if (same == devices.end()) return std::nullopt;
+  progress_line(fmt::format("no ceilings cached for {}: measuring them on cuda:{} (once)", device,
+                            same->index));
+  WorkerClient worker({"cuda", same->index});
+  return device_ceilings(worker, cache, false, progress_line);
+}
+
+// The measured ceilings for the profile's GPU: a file, the cache by device name, or measured
+// now when that GPU is here.
 PlanOptions ceilings_for(const Profile& profile, const std::string& file) {
   PlanOptions options;
   const std::string device = main_device_name(profile);
@@ -52,14 +68,18 @@ PlanOptions ceilings_for(const Profile& profile, const std::string& file) {
     }
     const fs::path cache = default_cache_dir();
     auto cached = cached_ceilings_by_name(cache, device);
+    if (!cached) cached = measure_ceilings_here(device, cache);
     if (!cached) {
       throw UsageError(fmt::format(
-          "no measured ceilings for {} in {}: run `kforge ceilings` on that GPU (it measures and "
-          "caches them), or `kforge ceilings --json FILE` there and pass --ceilings FILE",
+          "no measured ceilings for {} in {}, and no such GPU here to measure them on: run "
+          "`kforge ceilings` on that GPU (it measures and caches them), or `kforge ceilings "
+          "--json FILE` there and pass --ceilings FILE",
           device, (cache / "ceilings").string()));
     }
     c = std::move(*cached);
-    options.ceilings_source = fmt::format("cache, measured {}", c.measured_at);
+    options.ceilings_source = c.from_cache
+                                  ? fmt::format("cache, measured {}", c.measured_at)
+                                  : fmt::format("measured now on this machine ({})", c.measured_at);
   }
   options.copy_gbps = c.copy_gbps;
   options.matmul_tflops = c.matmul_tflops;

@@ -3,7 +3,9 @@
 // range, checked against what the program itself knows: its kernels, their count, and the GPU
 // time it measured with CUDA events. Also programs that fail, and commands of several processes.
 // Skipped cleanly where no CUDA device is visible.
+#include <cstdlib>
 #include <map>
+#include <optional>
 
 #include <gtest/gtest.h>
 
@@ -86,6 +88,31 @@ TEST_F(ProfileGpuTest, ProfilesTheExampleWithItsWarmUpSkipped) {
   ASSERT_GT(gpu_ms, 0) << r.output;
   const double busy_ms = static_cast<double>(p.busy_time_ns()) * 1e-6;
   EXPECT_NEAR(busy_ms, gpu_ms, 0.05 * gpu_ms) << r.output;
+}
+
+// On a machine whose GPU took the profile, `kforge plan` measures the ceilings it has not got.
+TEST_F(ProfileGpuTest, PlanMeasuresMissingCeilingsOnTheGpuHere) {
+  const auto dir = test::temp_dir("plan-measures");
+  const auto out = dir / "p.json";
+  ASSERT_EQ(profile(out, {"--range", "step", "--skip", "1"},
+                    {example_binary(), "--iters", "3", "--warmup", "1"})
+                .exit_code,
+            0);
+  const char* before = std::getenv("KFORGE_CACHE_DIR");
+  const std::optional<std::string> saved =
+      before ? std::optional<std::string>(before) : std::nullopt;
+  ::setenv("KFORGE_CACHE_DIR", (dir / "empty-cache").c_str(), 1);
+  const CommandResult r =
+      run_command({test::kforge_binary(), "plan", out.string()}, std::chrono::minutes(5));
+  if (saved) {
+    ::setenv("KFORGE_CACHE_DIR", saved->c_str(), 1);
+  } else {
+    ::unsetenv("KFORGE_CACHE_DIR");
+  }
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("measuring them on cuda:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("measured now on this machine"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir / "empty-cache" / "ceilings")) << r.output;
 }
 
 TEST_F(ProfileGpuTest, WithoutARegionEverythingIsKept) {
