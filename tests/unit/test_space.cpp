@@ -268,50 +268,13 @@ TEST(SpaceAtScale, RawSpaceBeyondSixtyFourBitsIsRefused) {
 }
 
 // A correct RMSNorm for the CPU backend with twelve tunables that change nothing: 10^12
-// variants of one kernel.
+// variants of one kernel (the honest RMSNorm the adversarial CPU kernels build on).
 std::string trillion_variant_rmsnorm() {
+  const std::string honest = test::test_data_dir() + "/adversarial/honest_rmsnorm_cpu.h";
   return "/* kforge\n * op: rmsnorm\n * backend: cpu\n * dtypes: f16, bf16, f32\n" +
-         ten_value_tunables(12) + R"( */
-// RMSNorm, one row at a time: y = x / sqrt(mean(x^2) + eps) * weight, accumulated in double.
-#include <cmath>
-#include <cstdint>
-
-#include "kforge/elem_cpu.h"
-
-KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 2 || args->num_outputs != 1 || args->num_scalars != 1) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& x = args->inputs[0];
-  const kf_tensor& weight = args->inputs[1];
-  const kf_tensor& y = args->outputs[0];
-  if (x.dtype != kf_elem_dtype || weight.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  if (x.ndim < 1 || kf_numel(&x) != kf_numel(&y)) return KF_ERR_UNSUPPORTED;
-  const int64_t N = x.shape[x.ndim - 1];
-  if (kf_numel(&weight) != N) return KF_ERR_UNSUPPORTED;
-  if (N == 0 || kf_numel(&x) == 0) return KF_OK;
-  const int64_t M = kf_numel(&x) / N;
-  const auto* xs = static_cast<const kf_elem*>(x.data);     // x: [M, N]
-  const auto* w = static_cast<const kf_elem*>(weight.data);  // weight: [N]
-  auto* ys = static_cast<kf_elem*>(y.data);                  // y: [M, N]
-  for (int64_t row = 0; row < M; ++row) {
-    double sum = 0;
-    for (int64_t j = 0; j < N; ++j) {
-      const double v = kf_to_float(xs[row * N + j]);
-      sum += v * v;
-    }
-    const double inv_rms = 1.0 / std::sqrt(sum / double(N) + args->scalars[0]);
-    for (int64_t j = 0; j < N; ++j) {
-      const double v = kf_to_float(xs[row * N + j]) * inv_rms * kf_to_float(w[j]);
-      ys[row * N + j] = kf_from_float<kf_elem>(float(v));
-    }
-  }
-  return KF_OK;
-}
-)";
+         ten_value_tunables(12) + " */\n#include \"" + honest +
+         "\"\n\nKFORGE_ENTRY int kforge_run(const kf_args* args) { return honest_rmsnorm(args); "
+         "}\n";
 }
 
 struct MeasuredRun {
