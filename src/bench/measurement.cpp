@@ -32,16 +32,10 @@ std::vector<SampleRow> parse_samples(const nlohmann::json& reply) {
   return rows;
 }
 
-nlohmann::json fresh_rules(const OpSpec& op, const Sizes& sizes) {
-  nlohmann::json rules = nlohmann::json::array();
-  for (size_t i = 0; i < op.inputs().size(); ++i) {
-    const FreshInput r = op.fresh_input(i, sizes);
-    rules.push_back({{"kind", static_cast<int>(r.kind)},
-                     {"scale", r.scale},
-                     {"bound", r.bound},
-                     {"special", r.special},
-                     {"special_share", r.special_share}});
-  }
+std::vector<FreshInput> fresh_rules(const OpSpec& op, const Sizes& sizes) {
+  std::vector<FreshInput> rules;
+  for (size_t i = 0; i < op.inputs().size(); ++i)
+    rules.push_back(op.fresh_input(i, sizes));
   return rules;
 }
 
@@ -58,32 +52,32 @@ uint64_t unpredictable_seed() {
 
 // The samples checked after the fact, with why each was picked: the ones the result is made of
 // (fastest, median), every trap, and `random_checks` more.
-std::vector<std::pair<size_t, std::string>> samples_to_check(const std::vector<SampleRow>& rows,
-                                                             int random_checks) {
+std::vector<std::pair<const SampleRow*, std::string>> samples_to_check(
+    const std::vector<SampleRow>& rows, int random_checks) {
   std::vector<const SampleRow*> timed;
   for (const auto& r : rows) {
     if (r.kind == "timed" && !r.throttled) timed.push_back(&r);
   }
-  std::vector<std::pair<size_t, std::string>> picked;
-  const auto add = [&](size_t index, std::string why) {
+  std::vector<std::pair<const SampleRow*, std::string>> picked;
+  const auto add = [&](const SampleRow* row, std::string why) {
     for (const auto& p : picked) {
-      if (p.first == index) return;
+      if (p.first == row) return;
     }
-    picked.emplace_back(index, std::move(why));
+    picked.emplace_back(row, std::move(why));
   };
   if (!timed.empty()) {
     std::vector<const SampleRow*> by_time = timed;
     std::sort(by_time.begin(), by_time.end(),
               [](const SampleRow* a, const SampleRow* b) { return a->ms < b->ms; });
-    add(by_time.front()->index, "the fastest");
-    add(by_time[(by_time.size() - 1) / 2]->index, "the median");
+    add(by_time.front(), "the fastest");
+    add(by_time[(by_time.size() - 1) / 2], "the median");
   }
   for (const auto& r : rows) {
-    if (r.kind == "trap") add(r.index, "a trap: a few inputs changed since the sample before");
+    if (r.kind == "trap") add(&r, "a trap: a few inputs changed since the sample before");
   }
   std::random_device rd;
   for (int i = 0; i < random_checks && !timed.empty(); ++i) {
-    add(timed[rd() % timed.size()]->index, "drawn at random");
+    add(timed[rd() % timed.size()], "drawn at random");
   }
   return picked;
 }
@@ -121,16 +115,8 @@ std::string check_sample(Checker& checker, WorkerClient& worker, const OpSpec& o
     *passed = fmt::format("{}: same outputs as when timed; no reference at this size here", name);
     return "";
   }
-  Tolerance tol = op.tolerance(dtype);
-  const size_t outputs = tensors.outputs().size();
-  for (size_t i = 0; i < outputs; ++i) {
-    const std::span<const double> magnitude =
-        op.tolerance_relative_to_magnitude() && expected.size() > outputs
-            ? std::span<const double>(expected[outputs + i])
-            : std::span<const double>();
-    const CompareResult c = compare_output(tensors.outputs()[i], expected[i], tol, magnitude);
-    if (!c.pass) return fmt::format("{}: {}", name, c.summary());
-  }
+  const CompareResult c = compare_outputs(op, dtype, tensors, expected);
+  if (!c.pass) return fmt::format("{}: {}", name, c.summary());
   *verdict = Verdict::ok;
   *passed = fmt::format("{}: matches the reference", name);
   return "";
@@ -181,7 +167,6 @@ Measurement measure(Checker& checker, WorkerClient& worker, const OpSpec& op, co
   if (target.library) {
     request["library"] = op.name();
   }
-  request["op_name"] = op.name();
   request["sizes"] = sizes;
   request["settings"] = options.settings;
   request["fresh"] = fresh_rules(op, sizes);
@@ -238,9 +223,7 @@ Measurement measure(Checker& checker, WorkerClient& worker, const OpSpec& op, co
   }
 
   if (options.verify) {
-    for (const auto& [index, why] : samples_to_check(rows, options.random_checks)) {
-      const auto row = std::find_if(rows.begin(), rows.end(),
-                                    [&](const SampleRow& r) { return r.index == index; });
+    for (const auto& [row, why] : samples_to_check(rows, options.random_checks)) {
       Verdict v = Verdict::ok;
       std::string passed;
       const std::string failure = check_sample(checker, worker, op, sizes, dtype, tensors, *row,

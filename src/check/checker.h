@@ -141,13 +141,19 @@ class Checker {
 
   // A worker on the same device that never loads candidate code (GPU references, baselines).
   WorkerClient& clean_worker();
-  WorkerClient& worker() { return worker_; }
 
  private:
   const Compiler& compiler_;
   WorkerClient& worker_;
   std::unique_ptr<WorkerClient> clean_worker_;  // started on first use
 };
+
+// Every output in `tensors` against `expected` (as Checker::reference_outputs gives it) within
+// the op's tolerance for `dtype`, scaled by `tolerance_scale`: the first failing output's
+// comparison, else the first output's.
+CompareResult compare_outputs(const OpSpec& op, DType dtype, const CaseTensors& tensors,
+                              const std::vector<std::vector<double>>& expected,
+                              double tolerance_scale = 1.0);
 
 // Per-run time limit scaled to the data a problem moves.
 std::chrono::milliseconds default_timeout(const OpSpec& op, const Sizes& sizes, DType dtype);

@@ -83,7 +83,14 @@ KF_HOST_DEVICE inline uint64_t digest_term(uint64_t i, uint64_t element_bits) {
   return mix(element_bits ^ mix(i ^ 0x5851f42d4c957f2dull));
 }
 
+// A digest over several buffers: each buffer's sum mixed with its position, so that swapping two
+// buffers changes the digest.
+KF_HOST_DEVICE inline uint64_t buffer_digest(uint64_t position, uint64_t sum) {
+  return mix(sum + position);
+}
+
 // Poisoned outputs have every bit set: a NaN in each floating type, -1 in the integer ones.
+inline constexpr unsigned char kPoisonByte = 0xff;
 KF_HOST_DEVICE inline bool is_poison(uint64_t element_bits, int element_bytes) {
   const uint64_t all = element_bytes >= 8 ? ~0ull : ((1ull << (8 * element_bytes)) - 1);
   return element_bits == all;

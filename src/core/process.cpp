@@ -108,7 +108,8 @@ void wait_unreaped(pid_t pid) {
   }
 }
 
-// Ends what is left of a group whose leader has ended (but is not yet reaped), then reaps it.
+// Ends a group whose leader is still running or has ended but is not yet reaped (so that its
+// number is not reused), then reaps the leader.
 int end_group_and_reap(pid_t leader) {
   ::kill(-leader, SIGKILL);
   const int status = wait_for(leader);
@@ -232,14 +233,6 @@ int count_own_threads() {
   }
   closedir(dir);
   return n;
-}
-
-std::vector<pid_t> live_child_groups() {
-  std::vector<pid_t> out;
-  for (const auto& slot : g_groups) {
-    if (const pid_t pgid = slot.load(); pgid > 0) out.push_back(pgid);
-  }
-  return out;
 }
 
 std::optional<Channel> parse_channel(const std::string& text) {
@@ -394,7 +387,6 @@ void ChildProcess::close_input() {
 ExitStatus ChildProcess::kill_and_wait() {
   if (status_) return *status_;
   // The whole group: anything the child started without leaving the group goes too.
-  ::kill(-pid_, SIGKILL);
   status_ = decode_status(end_group_and_reap(pid_));
   return *status_;
 }

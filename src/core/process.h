@@ -81,7 +81,5 @@ void contain_child_processes();
 void sweep_orphans();
 // Threads of the calling process now (from /proc/self/task); -1 when that cannot be read.
 int count_own_threads();
-// Process groups kforge has running now (for tests and diagnostics).
-std::vector<pid_t> live_child_groups();
 
 }  // namespace kforge

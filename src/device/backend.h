@@ -85,12 +85,13 @@ struct DeviceSpan {
   size_t bytes() const { return static_cast<size_t>(count) * dtype_size(dtype); }
 };
 
-// What the outputs of one call hold: a digest of every element (equal digests, equal
-// outputs) and how many elements still hold the poison pattern (never written).
-struct OutputDigest {
+// What some buffers hold (the outputs of a call, or its inputs): a digest of every element
+// (equal digests, equal contents) and how many elements hold the poison pattern (for outputs:
+// never written).
+struct Digest {
   uint64_t hash = 0;
   int64_t poisoned = 0;
-  bool operator==(const OutputDigest&) const = default;
+  bool operator==(const Digest&) const = default;
 };
 
 // A candidate's call, made repeatable for timing. On the CUDA backend the call was captured
@@ -143,8 +144,8 @@ class DeviceBackend {
                           const FreshInput& rule, uint64_t seed) = 0;
   // Sets every bit of `tensor` (NaN, or -1), asynchronously.
   virtual void poison(const DeviceSpan& tensor) = 0;
-  // Digest of the outputs, after everything queued so far.
-  virtual OutputDigest digest(std::span<const DeviceSpan> outputs) = 0;
+  // Digest of the buffers, after everything queued so far.
+  virtual Digest digest(std::span<const DeviceSpan> buffers) = 0;
   // Throws IntegrityViolation (fatal) when a candidate left work running: device work outside
   // the stream still busy after `limit` (CUDA), or threads of its own (CPU).
   virtual void check_nothing_left_running(std::chrono::milliseconds limit) = 0;

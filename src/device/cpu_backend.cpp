@@ -123,14 +123,16 @@ class CpuBackend final : public DeviceBackend {
     fill_fresh_host(static_cast<std::byte*>(tensor.data), tensor.dtype, begin, end, rule, seed);
   }
 
-  void poison(const DeviceSpan& tensor) override { std::memset(tensor.data, 0xff, tensor.bytes()); }
+  void poison(const DeviceSpan& tensor) override {
+    std::memset(tensor.data, fresh::kPoisonByte, tensor.bytes());
+  }
 
-  OutputDigest digest(std::span<const DeviceSpan> outputs) override {
-    OutputDigest d;
-    for (size_t i = 0; i < outputs.size(); ++i) {
+  Digest digest(std::span<const DeviceSpan> buffers) override {
+    Digest d;
+    for (size_t i = 0; i < buffers.size(); ++i) {
       uint64_t hash = 0;
       int64_t poisoned = 0;
-      const DeviceSpan& o = outputs[i];
+      const DeviceSpan& o = buffers[i];
       switch (dtype_size(o.dtype)) {
         case 2:
           digest_into<uint16_t>(o.data, o.count, hash, poisoned);
@@ -142,7 +144,7 @@ class CpuBackend final : public DeviceBackend {
           digest_into<uint32_t>(o.data, o.count, hash, poisoned);
           break;
       }
-      d.hash += fresh::mix(hash + i);
+      d.hash += fresh::buffer_digest(i, hash);
       d.poisoned += poisoned;
     }
     return d;

@@ -76,6 +76,14 @@ DeviceInfo query_device(int index) {
 // and exits.
 std::atomic<bool> g_device_abandoned{false};
 
+IntegrityViolation cannot_capture(const std::string& why) {
+  return IntegrityViolation(fmt::format(
+      "the call cannot be captured into a CUDA graph ({}): it synchronized, allocated outside "
+      "stream order, used a stream it may not or left a forked stream unjoined; a kernel file "
+      "may only enqueue work on the given stream (and streams it forks from it and joins back)",
+      why));
+}
+
 // A call captured into a CUDA graph: launching it replays exactly the work the call put on
 // the captured stream (and streams it joined), and runs none of the candidate's host code.
 class CapturedCall final : public RepeatableCall {
@@ -188,11 +196,7 @@ class CudaBackend final : public DeviceBackend {
       call();
     } catch (const KernelFault& e) {
       // Nothing runs while a stream is captured: an error now is the capture refusing a call.
-      call_error = std::make_exception_ptr(IntegrityViolation(fmt::format(
-          "the call cannot be captured into a CUDA graph ({}): it synchronized, allocated outside "
-          "stream order or used a stream it may not; a kernel file may only enqueue work on the "
-          "given stream (and streams it forks from it and joins back)",
-          e.what())));
+      call_error = std::make_exception_ptr(cannot_capture(e.what()));
     } catch (...) {
       call_error = std::current_exception();
     }
@@ -205,11 +209,8 @@ class CudaBackend final : public DeviceBackend {
     }
     if (captured != cudaSuccess || graph == nullptr) {
       cudaGetLastError();
-      throw IntegrityViolation(fmt::format(
-          "the call cannot be captured into a CUDA graph ({}: {}): it synchronized, allocated "
-          "outside stream order or left a forked stream unjoined; a kernel file may only "
-          "enqueue work on the given stream (and streams it forks from and joins back to it)",
-          cudaGetErrorName(captured), cudaGetErrorString(captured)));
+      throw cannot_capture(
+          fmt::format("{}: {}", cudaGetErrorName(captured), cudaGetErrorString(captured)));
     }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
@@ -224,7 +225,7 @@ class CudaBackend final : public DeviceBackend {
     // Nothing the call put on the given stream has run yet: it sits in the graph. Work that ran
     // anyway, or still runs, was put elsewhere.
     check_nothing_left_running(std::chrono::seconds(2));
-    const OutputDigest d = digest(outputs);
+    const Digest d = digest(outputs);
     int64_t total = 0;
     for (const auto& o : outputs)
       total += o.count;
@@ -244,26 +245,25 @@ class CudaBackend final : public DeviceBackend {
   }
 
   void poison(const DeviceSpan& tensor) override {
-    check(cudaMemsetAsync(tensor.data, 0xff, tensor.bytes(), stream_), "poison");
+    check(cudaMemsetAsync(tensor.data, fresh::kPoisonByte, tensor.bytes(), stream_), "poison");
   }
 
-  OutputDigest digest(std::span<const DeviceSpan> outputs) override {
-    if (outputs.size() > kMaxDigests) throw Error("too many outputs to digest");
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      launch_digest(outputs[i].data, outputs[i].count,
-                    static_cast<int>(dtype_size(outputs[i].dtype)), digest_device_ + 2 * i,
+  Digest digest(std::span<const DeviceSpan> buffers) override {
+    if (buffers.size() > kMaxDigests) throw Error("too many buffers to digest");
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      launch_digest(buffers[i].data, buffers[i].count,
+                    static_cast<int>(dtype_size(buffers[i].dtype)), digest_device_ + 2 * i,
                     stream_);
     }
     check_launch();
     check(cudaMemcpyAsync(digest_host_, digest_device_,
-                          outputs.size() * 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                          buffers.size() * 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                           stream_),
           "digest");
     synchronize();
-    OutputDigest d;
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      // Outputs are told apart by their position, so swapping two outputs changes the digest.
-      d.hash += fresh::mix(digest_host_[2 * i] + i);
+    Digest d;
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      d.hash += fresh::buffer_digest(i, digest_host_[2 * i]);
       d.poisoned += static_cast<int64_t>(digest_host_[2 * i + 1]);
     }
     return d;
@@ -392,7 +392,7 @@ class CudaBackend final : public DeviceBackend {
   void* flush_ = nullptr;
   size_t flush_bytes_ = 0;
   unsigned flush_round_ = 0;
-  static constexpr size_t kMaxDigests = 16;  // outputs per op
+  static constexpr size_t kMaxDigests = 16;  // buffers in one digest
   unsigned long long* digest_device_ = nullptr;
   unsigned long long* digest_host_ = nullptr;
 };

@@ -53,21 +53,19 @@ void CaseTensors::generate_inputs(InputKind kind, uint64_t seed) {
   op_.generate(sizes_, kind, seed, inputs_);
 }
 
-int64_t CaseTensors::redraw_trap_elements(size_t input, const FreshInput& rule,
-                                          uint64_t trap_seed) {
+void CaseTensors::redraw_trap_elements(size_t input, const FreshInput& rule, uint64_t trap_seed) {
   HostTensor& t = inputs_.at(input);
   const int64_t count = t.numel();
-  if (count == 0) return 0;
+  if (count == 0) return;
   for (int j = 0; j < fresh::kTrapElements; ++j) {
     const int64_t e = fresh::trap_element(trap_seed, j, count);
     fill_fresh_host(t.data, t.dtype, e, e + 1, rule, fresh::mix(trap_seed + 1));
   }
-  return fresh::trap_element(trap_seed, 0, count);
 }
 
 void CaseTensors::poison_outputs() {
   for (auto& t : outputs_)
-    std::memset(t.data, 0xff, t.bytes());
+    std::memset(t.data, fresh::kPoisonByte, t.bytes());
 }
 
 std::vector<std::vector<double>> CaseTensors::inputs_as_double() const {

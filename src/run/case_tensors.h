@@ -28,8 +28,8 @@ class CaseTensors {
 
   void generate_inputs(InputKind kind, uint64_t seed);
   // Redraws the kTrapElements scattered elements of input `input` that `trap_seed` picks, as
-  // `rule` says (see core/fresh_values.h). Returns the first one changed.
-  int64_t redraw_trap_elements(size_t input, const FreshInput& rule, uint64_t trap_seed);
+  // `rule` says (see core/fresh_values.h).
+  void redraw_trap_elements(size_t input, const FreshInput& rule, uint64_t trap_seed);
   // Sets every bit of every output (a NaN in the floating types): an element a kernel does not
   // write is caught.
   void poison_outputs();

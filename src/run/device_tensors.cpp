@@ -60,9 +60,8 @@ kf_args DeviceTensors::args(const std::vector<double>& scalars, void* stream) {
 
 std::vector<void*> DeviceTensors::pointers(bool outputs) const {
   std::vector<void*> out;
-  for (size_t i = 0; i < refs_.size(); ++i) {
-    if (refs_[i].is_output == outputs) out.push_back(bases_[i] + kGuardBytes);
-  }
+  for (const DeviceSpan& s : spans(outputs))
+    out.push_back(s.data);
   return out;
 }
 

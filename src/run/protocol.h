@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "core/fresh_values.h"
 
 namespace kforge {
 
@@ -58,6 +59,10 @@ struct BenchSettings {
 
 void to_json(nlohmann::json& j, const BenchSettings& s);
 void from_json(const nlohmann::json& j, BenchSettings& s);
+
+// How a measurement redraws each input (core/fresh_values.h), as requests carry it.
+void to_json(nlohmann::json& j, const FreshInput& f);
+void from_json(const nlohmann::json& j, FreshInput& f);
 
 struct WorkerFlags {
   std::string backend;

@@ -19,19 +19,27 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-const char* kind_name(int kind) {
-  return kind == 0 ? "timed" : kind == 1 ? "repeat" : "trap";
+const char* kind_name(SampleKind kind) {
+  switch (kind) {
+    case SampleKind::timed:
+      return "timed";
+    case SampleKind::repeat:
+      return "repeat";
+    case SampleKind::trap:
+      return "trap";
+  }
+  return "?";
 }
 
 // Positions of the probes among the first `min_samples` samples: never the first two, never
 // next to each other, so each probe follows a plain timed sample whose inputs it reuses.
-std::map<size_t, int> probe_positions(const ProbePlan& plan, size_t min_samples, Rng& rng) {
+std::map<size_t, SampleKind> probe_positions(const ProbePlan& plan, size_t min_samples, Rng& rng) {
   std::vector<size_t> candidates;
   for (size_t i = 2; i < min_samples; ++i)
     candidates.push_back(i);
   for (size_t i = candidates.size(); i > 1; --i)
     std::swap(candidates[i - 1], candidates[rng.next() % i]);
-  std::map<size_t, int> picked;  // position -> 1 repeat, 2 trap
+  std::map<size_t, SampleKind> picked;
   const auto free_at = [&](size_t p) {
     return !picked.contains(p) && !picked.contains(p - 1) && !picked.contains(p + 1);
   };
@@ -39,13 +47,21 @@ std::map<size_t, int> probe_positions(const ProbePlan& plan, size_t min_samples,
   for (const size_t p : candidates) {
     if (repeats == 0 && traps == 0) break;
     if (!free_at(p)) continue;
-    picked[p] = traps > 0 ? 2 : 1;
+    picked[p] = traps > 0 ? SampleKind::trap : SampleKind::repeat;
     (traps > 0 ? traps : repeats) -= 1;
   }
   return picked;
 }
 
 }  // namespace
+
+std::unique_ptr<RepeatableCall> make_steady_repeatable(DeviceBackend& backend,
+                                                       const std::function<void()>& call,
+                                                       std::span<const DeviceSpan> outputs) {
+  call();
+  backend.synchronize();
+  return backend.make_repeatable(call, outputs);
+}
 
 TimedSession::TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors> tensors,
                            std::function<void()> call, std::vector<FreshInput> fresh)
@@ -54,13 +70,8 @@ TimedSession::TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors
       call_(std::move(call)),
       fresh_(std::move(fresh)),
       inputs_(tensors_->spans(false)),
-      outputs_(tensors_->spans(true)) {
-  // The first call on these buffers does whatever a kernel initializes lazily (its workspace,
-  // function attributes), so that the captured call is the steady one.
-  call_();
-  backend_.synchronize();
-  repeatable_ = backend_.make_repeatable(call_, outputs_);
-}
+      outputs_(tensors_->spans(true)),
+      repeatable_(make_steady_repeatable(backend_, call_, outputs_)) {}
 
 uint64_t TimedSession::inputs_seed(size_t index) const {
   return fresh::mix(seed_ ^ fresh::mix(index + 1));
@@ -71,7 +82,7 @@ void TimedSession::prepare_inputs(const Sample& sample) {
   for (size_t t = 0; t < inputs_.size(); ++t) {
     backend_.fill_fresh(inputs_[t], 0, inputs_[t].count, fresh_.at(t), fresh::mix(seed + t));
   }
-  if (sample.kind == Sample::Kind::trap && !inputs_.empty() && inputs_[0].count > 0) {
+  if (sample.kind == SampleKind::trap && !inputs_.empty() && inputs_[0].count > 0) {
     for (int j = 0; j < fresh::kTrapElements; ++j) {
       const int64_t e = fresh::trap_element(sample.trap_seed, j, inputs_[0].count);
       backend_.fill_fresh(inputs_[0], e, e + 1, fresh_.at(0), fresh::mix(sample.trap_seed + 1));
@@ -79,11 +90,15 @@ void TimedSession::prepare_inputs(const Sample& sample) {
   }
 }
 
-double TimedSession::take(const Sample& sample, bool cold_cache) {
-  prepare_inputs(sample);
+double TimedSession::launch_timed() {
   for (const auto& o : outputs_)
     backend_.poison(o);
-  return backend_.time_once([this] { repeatable_->launch(); }, cold_cache);
+  return backend_.time_once([this] { repeatable_->launch(); }, cold_cache_);
+}
+
+double TimedSession::take(const Sample& sample) {
+  prepare_inputs(sample);
+  return launch_timed();
 }
 
 nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t seed,
@@ -92,7 +107,7 @@ nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t see
   cold_cache_ = settings.cold_cache;
   samples_.clear();
   Rng rng(seed, 0x70726f6265);
-  const std::map<size_t, int> positions = probe_positions(probes, settings.min_samples, rng);
+  const std::map<size_t, SampleKind> positions = probe_positions(probes, settings.min_samples, rng);
 
   // Warm-up: module load, first-launch costs and clock ramp-up stay out of the samples. Its
   // inputs come from seeds past any sample's.
@@ -101,7 +116,7 @@ nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t see
   while (warmup_runs < 3 || seconds_since(warm_start) < settings.warmup_seconds) {
     Sample warm;
     warm.inputs_from = (size_t{1} << 40) + warmup_runs;
-    take(warm, settings.cold_cache);
+    take(warm);
     ++warmup_runs;
   }
 
@@ -118,22 +133,22 @@ nlohmann::json TimedSession::measure(const BenchSettings& settings, uint64_t see
     Sample s;
     s.inputs_from = i;
     if (const auto it = positions.find(i); it != positions.end()) {
-      s.kind = it->second == 2 ? Sample::Kind::trap : Sample::Kind::repeat;
+      s.kind = it->second;
       s.inputs_from = i - 1;
-      if (s.kind == Sample::Kind::trap)
+      if (s.kind == SampleKind::trap)
         s.trap_seed = fresh::mix(seed ^ fresh::mix(0x74726170ull + i));
     }
     samples_.push_back(s);
-    const double ms = take(s, settings.cold_cache);
+    const double ms = take(s);
     const ClockReading clock = backend_.read_clock();
-    const OutputDigest d = backend_.digest(outputs_);
+    const Digest d = backend_.digest(outputs_);
     clock_monitored = clock_monitored || clock.available;
     if (clock.available) clocks.push_back(clock.sm_clock_mhz);
     // A throttled sample measures the cooling, not the kernel: it is kept out of the result.
     if (clock.throttled) ++throttled;
-    if (s.kind == Sample::Kind::timed && !clock.throttled) kept.push_back(ms);
+    if (s.kind == SampleKind::timed && !clock.throttled) kept.push_back(ms);
     records.push_back({{"index", i},
-                       {"kind", kind_name(static_cast<int>(s.kind))},
+                       {"kind", kind_name(s.kind)},
                        {"ms", ms},
                        {"throttled", clock.throttled},
                        {"inputs_from", s.inputs_from},
@@ -170,13 +185,11 @@ nlohmann::json TimedSession::replay(size_t index) {
   const Sample& s = samples_[index];
   // The inputs as the sample saw them go to kforge before the call, and must be unchanged after.
   prepare_inputs(s);
-  const OutputDigest inputs_before = backend_.digest(inputs_);
+  const Digest inputs_before = backend_.digest(inputs_);
   tensors_->download(false);
-  for (const auto& o : outputs_)
-    backend_.poison(o);
-  const double ms = backend_.time_once([this] { repeatable_->launch(); }, cold_cache_);
-  const OutputDigest d = backend_.digest(outputs_);
-  const OutputDigest inputs_after = backend_.digest(inputs_);
+  const double ms = launch_timed();
+  const Digest d = backend_.digest(outputs_);
+  const Digest inputs_after = backend_.digest(inputs_);
   backend_.check_nothing_left_running(std::chrono::seconds(2));
   tensors_->download(true);
   return {{"ok", true},

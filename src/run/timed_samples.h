@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +22,17 @@
 #include "run/protocol.h"
 
 namespace kforge {
+
+// The call once as it is (whatever a kernel initializes lazily, such as its workspace or
+// function attributes, happens here), then made repeatable (DeviceBackend::make_repeatable),
+// so that what is repeated is the steady call. Every checked or timed run goes through this.
+std::unique_ptr<RepeatableCall> make_steady_repeatable(DeviceBackend& backend,
+                                                       const std::function<void()>& call,
+                                                       std::span<const DeviceSpan> outputs);
+
+// A plain timed sample, or a probe among them: the previous sample's inputs again (repeat), or
+// with a few of them changed (trap).
+enum class SampleKind { timed, repeat, trap };
 
 // What sits among the timed samples, at positions drawn from the measurement's seed.
 struct ProbePlan {
@@ -44,23 +56,25 @@ class TimedSession {
 
  private:
   struct Sample {
-    enum class Kind { timed, repeat, trap } kind = Kind::timed;
+    SampleKind kind = SampleKind::timed;
     size_t inputs_from = 0;  // the sample whose inputs this one uses (itself, or the one before)
     uint64_t trap_seed = 0;  // a trap's changed elements and their values come from this
   };
 
   uint64_t inputs_seed(size_t index) const;
   void prepare_inputs(const Sample& sample);
-  // One sample: inputs, poisoned outputs, the timed launch; returns milliseconds.
-  double take(const Sample& sample, bool cold_cache);
+  // Poisoned outputs, then the timed launch; returns milliseconds.
+  double launch_timed();
+  // One sample: its inputs, then launch_timed().
+  double take(const Sample& sample);
 
   DeviceBackend& backend_;
   std::unique_ptr<DeviceTensors> tensors_;
   std::function<void()> call_;
-  std::unique_ptr<RepeatableCall> repeatable_;
   std::vector<FreshInput> fresh_;
   std::vector<DeviceSpan> inputs_;
   std::vector<DeviceSpan> outputs_;
+  std::unique_ptr<RepeatableCall> repeatable_;  // made last: it needs the ones above
   uint64_t seed_ = 0;
   bool cold_cache_ = true;
   std::vector<Sample> samples_;

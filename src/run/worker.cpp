@@ -57,6 +57,22 @@ void from_json(const nlohmann::json& j, BenchSettings& s) {
   j.at("cold_cache").get_to(s.cold_cache);
 }
 
+void to_json(nlohmann::json& j, const FreshInput& f) {
+  j = {{"kind", static_cast<int>(f.kind)},
+       {"scale", f.scale},
+       {"bound", f.bound},
+       {"special", f.special},
+       {"special_share", f.special_share}};
+}
+
+void from_json(const nlohmann::json& j, FreshInput& f) {
+  f.kind = static_cast<FreshInput::Kind>(j.at("kind").get<int>());
+  j.at("scale").get_to(f.scale);
+  j.at("bound").get_to(f.bound);
+  j.at("special").get_to(f.special);
+  j.at("special_share").get_to(f.special_share);
+}
+
 namespace {
 
 using Entry = int (*)(const kf_args*);
@@ -155,10 +171,8 @@ class Worker {
     const kf_args args = tensors.args(scalars, backend_->stream());
     const auto call = [&] { launch(entry, args); };
     const auto start = Clock::now();
-    call();
-    backend_->synchronize();
     const std::vector<DeviceSpan> outputs = tensors.spans(true);
-    const auto repeatable = backend_->make_repeatable(call, outputs);
+    const auto repeatable = make_steady_repeatable(*backend_, call, outputs);
     for (const auto& o : outputs)
       backend_->poison(o);
     repeatable->launch();
@@ -197,17 +211,8 @@ class Worker {
       measured_args_ = tensors->args(scalars, backend_->stream());
       call = [this, entry] { launch(entry, measured_args_); };
     }
-    std::vector<FreshInput> fresh;
-    for (const auto& f : request.at("fresh")) {
-      FreshInput rule;
-      rule.kind = static_cast<FreshInput::Kind>(f.at("kind").get<int>());
-      rule.scale = f.at("scale");
-      rule.bound = f.at("bound");
-      rule.special = f.at("special");
-      rule.special_share = f.at("special_share");
-      fresh.push_back(rule);
-    }
-    session_ = std::make_unique<TimedSession>(*backend_, std::move(tensors), call, fresh);
+    session_ = std::make_unique<TimedSession>(*backend_, std::move(tensors), call,
+                                              request.at("fresh").get<std::vector<FreshInput>>());
     ProbePlan probes;
     probes.repeats = request.value("repeats", probes.repeats);
     probes.traps = request.value("traps", probes.traps);

@@ -95,8 +95,7 @@ void WorkerClient::ensure_started() {
   child_ = std::make_unique<ChildProcess>(argv, log_path_.string());
   const WorkerReply hello = request({{"op", "hello"}}, options_.start_timeout);
   if (!hello.ok()) {
-    if (child_) child_->kill_and_wait();
-    child_.reset();
+    restart();
     throw Error(fmt::format("the {} worker did not start ({}): {}", options_.backend, hello.detail,
                             log_tail()));
   }
@@ -109,22 +108,23 @@ const DeviceInfo& WorkerClient::device() {
   return *device_;
 }
 
-void WorkerClient::restart() {
-  if (child_) {
-    child_->kill_and_wait();
-    sweep_orphans();
-  }
+ExitStatus WorkerClient::end_worker(std::chrono::milliseconds grace) {
+  std::optional<ExitStatus> status = child_->try_wait(grace);
+  if (!status) status = child_->kill_and_wait();
+  sweep_orphans();
   child_.reset();
+  return *status;
+}
+
+void WorkerClient::restart() {
+  if (child_) end_worker(std::chrono::milliseconds(0));
 }
 
 WorkerClient::Finish WorkerClient::finish() {
   if (!child_) return {};
   child_->close_input();
-  std::optional<ExitStatus> status = child_->try_wait(std::chrono::minutes(2));
-  if (!status) status = child_->kill_and_wait();
-  sweep_orphans();
-  child_.reset();
-  return {take_output(), *status};
+  const ExitStatus status = end_worker(std::chrono::minutes(2));
+  return {take_output(), status};
 }
 
 std::string WorkerClient::log_tail(size_t max_bytes) const {
@@ -159,8 +159,7 @@ std::string WorkerClient::take_output() {
 WorkerReply WorkerClient::lost_worker(const std::string& what) {
   WorkerReply reply;
   reply.verdict = Verdict::crash;
-  const ExitStatus status = child_->kill_and_wait();
-  sweep_orphans();
+  const ExitStatus status = end_worker(std::chrono::milliseconds(0));
   reply.detail = fmt::format("{}: worker {}", what, status.describe());
   if (status.signal == SIGSYS) {
     // The worker's fence ends a forbidden system call this way when it cannot refuse it
@@ -172,7 +171,6 @@ WorkerReply WorkerClient::lost_worker(const std::string& what) {
         status.describe());
   }
   reply.output = take_output();
-  child_.reset();
   return reply;
 }
 
@@ -203,14 +201,12 @@ WorkerReply WorkerClient::request(const nlohmann::json& request,
     if (timed_out) {
       // A kernel that never ends cannot be interrupted from inside; killing the process frees
       // the device.
-      child_->kill_and_wait();
-      sweep_orphans();
+      end_worker(std::chrono::milliseconds(0));
       WorkerReply reply{Verdict::timeout,
                         {},
                         fmt::format("no answer within {:.1f} s; worker killed",
                                     static_cast<double>(timeout.count()) / 1000.0)};
       reply.output = take_output();
-      child_.reset();
       return reply;
     }
     return lost_worker("the worker closed its reply channel");
@@ -239,10 +235,7 @@ WorkerReply WorkerClient::request(const nlohmann::json& request,
     // The worker exits after answering: a device fault leaves its context unusable, and a
     // fatal integrity failure leaves work running on the device.
     reply.verdict = kind == "fault" ? Verdict::crash : Verdict::invalid;
-    child_->try_wait(std::chrono::seconds(5));
-    child_->kill_and_wait();
-    sweep_orphans();
-    child_.reset();
+    end_worker(std::chrono::seconds(5));
   } else if (kind == "status") {
     reply.verdict = Verdict::wrong;
   } else if (kind == "invalid") {

@@ -67,6 +67,9 @@ class WorkerClient {
 
  private:
   void ensure_started();
+  // Waits up to `grace` for the worker to exit by itself, then ends its group, sweeps what it
+  // left and forgets it.
+  ExitStatus end_worker(std::chrono::milliseconds grace);
   WorkerReply lost_worker(const std::string& what);
   std::string take_output();
 

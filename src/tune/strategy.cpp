@@ -90,20 +90,13 @@ class StrategyBase : public Strategy {
   bool was_proposed(PointId p) const { return proposed_.contains(p); }
   PointId mark(PointId p) {
     proposed_.insert(p);
-    ++proposals_;
     return p;
   }
   bool observed(PointId p) const { return cost_.contains(p); }
   double cost_of(PointId p) const { return cost_.at(p); }
-  size_t outstanding() const { return proposals_ - observations_; }
-  void record(PointId p, double cost) {
-    cost_[p] = cost;
-    ++observations_;
-    if (cost < best_cost_) {
-      best_cost_ = cost;
-      best_ = p;
-    }
-  }
+  // Proposed, not yet observed (each point is proposed and observed once).
+  size_t outstanding() const { return proposed_.size() - cost_.size(); }
+  void record(PointId p, double cost) { cost_[p] = cost; }
 
   // A feasible point nobody proposed yet, uniformly among them.
   std::optional<PointId> random_unproposed() { return any_point_.next(rng_, proposed_); }
@@ -125,10 +118,6 @@ class StrategyBase : public Strategy {
   Rng rng_;
   std::unordered_set<PointId> proposed_;
   std::unordered_map<PointId, double> cost_;
-  size_t proposals_ = 0;
-  size_t observations_ = 0;
-  std::optional<PointId> best_;
-  double best_cost_ = std::numeric_limits<double>::infinity();
 
  private:
   UniformDraw any_point_;
@@ -290,8 +279,8 @@ class Evolution final : public StrategyBase {
   Evolution(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {}
 
   std::optional<PointId> propose() override {
-    if (proposals_ < kPopulation) {
-      const auto first = proposals_ == 0 ? default_start() : std::nullopt;
+    if (proposed_.size() < kPopulation) {
+      const auto first = proposed_.empty() ? default_start() : std::nullopt;
       const auto p = first ? first : random_unproposed();
       return p ? std::optional(mark(*p)) : std::nullopt;
     }

@@ -212,9 +212,10 @@ class LiveEvaluator final : public Evaluator {
         measure(checker_, worker_, op, problem_.sizes, problem_.dtype, TimedTarget{build.module},
                 options_.ceilings, measure_options, &measured_inputs());
     if (!m.timed()) {
-      std::string detail = m.verdict == Verdict::ok ? "no sample kept: " + m.stop_reason : m.detail;
-      if (!m.output.empty()) detail += "; it printed: " + truncate_middle(m.output, 300);
-      return fail(m.verdict == Verdict::ok ? Verdict::invalid : m.verdict, "timing", detail);
+      const std::string detail =
+          m.verdict == Verdict::ok ? "no sample kept: " + m.stop_reason : m.detail;
+      return fail(m.verdict == Verdict::ok ? Verdict::invalid : m.verdict, "timing",
+                  with_output(detail, m.output));
     }
     r.stats = m.stats;
     r.stage = "timed";

@@ -102,14 +102,14 @@ TEST(FreshValues, ARowRedrawnAloneMatchesTheWholeTensorsValues) {
   EXPECT_EQ(0, std::memcmp(whole.data() + 32, row.data() + 32, 32));
 }
 
-TEST(OutputDigest, SeesEveryElementAndCountsPoison) {
+TEST(Digest, SeesEveryElementAndCountsPoison) {
   auto backend = make_cpu_backend();
   std::vector<float> y(1000, 1.0f);
   DeviceSpan span{y.data(), DType::f32, 1000};
-  const OutputDigest a = backend->digest({&span, 1});
+  const Digest a = backend->digest({&span, 1});
   EXPECT_EQ(a.poisoned, 0);
   y[517] = 1.0000001f;
-  const OutputDigest b = backend->digest({&span, 1});
+  const Digest b = backend->digest({&span, 1});
   EXPECT_NE(a.hash, b.hash);
   std::swap(y[0], y[517]);  // same values, other places: another digest
   EXPECT_NE(backend->digest({&span, 1}).hash, b.hash);
