@@ -107,7 +107,7 @@ void print_plan(const Plan& plan, size_t top) {
   for (size_t i = 0; i < shown; ++i)
     shape_width = std::max(shape_width, std::min<size_t>(plan.groups[i].shape.size(), 40));
   fmt::print(
-      "\n{:>4} {:<21} {:<{}} {:<5} {:>6} {:>9} {:>6} {:>9} {:>14} {:>9} {:>7} {:>6} {:>6}  {}\n",
+      "\n{:>4} {:<23} {:<{}} {:<5} {:>6} {:>9} {:>6} {:>9} {:>14} {:>9} {:>7} {:>6} {:>6}  {}\n",
       "rank", "op", "shape", shape_width, "dtype", "calls", "total ms", "share%", "us/call",
       "achieved", "best us", "s_max", "gain", "cum", "kernel");
   for (size_t i = 0; i < shown; ++i) {
@@ -123,10 +123,10 @@ void print_plan(const Plan& plan, size_t top) {
     const std::string more =
         g.kernel_names.size() > 1 ? fmt::format(" +{}", g.kernel_names.size() - 1) : "";
     fmt::print(
-        "{:>4} {:<21} {:<{}} {:<5} {:>6} {:>9.3f} {:>6.1f} {:>9.2f} {:>14} {:>9} {:>7} {:>6} {:>6} "
+        "{:>4} {:<23} {:<{}} {:<5} {:>6} {:>9.3f} {:>6.1f} {:>9.2f} {:>14} {:>9} {:>7} {:>6} {:>6} "
         " "
         "{}{}\n",
-        g.rank, g.op, clip(g.shape, 40), shape_width,
+        g.rank, clip(g.name, 23), clip(g.shape, 40), shape_width,
         g.dtype ? std::string(dtype_name(*g.dtype)) : "-",
         fmt::format("{}{}", g.calls, g.calls_are_kernels ? "k" : ""),
         static_cast<double>(g.time_ns) * ms, 100 * g.share, g.ns_per_call() * 1e-3, achieved,
@@ -142,14 +142,11 @@ void print_plan(const Plan& plan, size_t top) {
                plan.groups.size() - shown, 100 * rest);
   }
 
-  double in_ops = 0, with_shape = 0;
-  for (const auto& g : plan.groups) {
-    if (g.op != "other") in_ops += g.share;
-    if (g.sizes) with_shape += g.share;
-  }
   fmt::print(
-      "\nkforge ops: {:.1f}% of kernel time ({:.1f}% with a known problem); other: {:.1f}%\n",
-      100 * in_ops, 100 * with_shape, 100 * (1 - in_ops));
+      "\nkforge ops: {:.1f}% of kernel time ({:.1f}% with a known problem); named groups: "
+      "{:.1f}%; other: {:.1f}%\n",
+      100 * plan.op_share, 100 * plan.op_share_with_problem, 100 * plan.named_share,
+      100 * plan.other_share);
   fmt::print("gain if every group with a roofline ran at it: {:.3f}x\n", plan.all_fixed_gain);
   fmt::print("calls: op calls as the context identified them; 'k': kernels\n");
   bool header = false;

@@ -15,6 +15,7 @@
 #include "profile/cupti_import.h"
 #include "profile/injected_run.h"
 #include "profile/summary.h"
+#include "profile/torch_hooks.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
@@ -64,6 +65,9 @@ CLI::App* add_profile_command(CLI::App& app, ProfileFlags& flags) {
   cmd->add_option("--skip", flags.skip,
                   "With --range: skip the range's first N occurrences in each process (warm-up)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--torch", flags.torch,
+                "PyTorch programs: record every module call (class, name, operand sizes and "
+                "dtypes) and every ATen op with its input sizes, without changing the program");
   cmd->add_flag("--keep-raw", flags.keep_raw,
                 "Keep the per-process raw CUPTI records (the directory is printed)");
   add_torch_trace_options(cmd, flags.torch_trace);
@@ -99,10 +103,13 @@ int cmd_profile(const ProfileFlags& flags, const std::vector<std::string>& argv)
     throw UsageError("profile: no command given (kforge profile [OPTIONS] -- COMMAND ARGS...)");
   }
   if (flags.skip > 0 && flags.range.empty()) throw UsageError("profile: --skip needs --range");
-  const InjectionPaths paths =
-      find_injection_paths(fs::read_symlink("/proc/self/exe").parent_path());
+  InjectionPaths paths = find_injection_paths(fs::read_symlink("/proc/self/exe").parent_path());
   RawDirectory raw;
   if (flags.keep_raw) raw.keep();
+  if (flags.torch) {
+    paths.python_directory = raw.path() / "python";
+    write_torch_hooks(paths.python_directory);
+  }
   progress_line(fmt::format("kforge profile: running {}", fmt::join(flags.command, " ")));
   const ExitStatus status = run_injected(flags.command, paths, raw.path());
   const int exit_code = exit_code_of(status);

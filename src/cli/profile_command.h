@@ -1,6 +1,7 @@
 // `kforge profile [--out FILE] [--range NAME --skip N] [--keep-raw] -- COMMAND ARGS...`: runs
 // any CUDA program unchanged under the CUPTI injection library and writes one profile of every
 // kernel its processes ran, with the NVTX ranges each was launched in (docs/profiling.md).
+// With --torch, PyTorch programs also record their module calls and op shapes (torch_hooks.h).
 // `kforge profile --torch-trace FILE [--out FILE]` imports a torch.profiler trace instead.
 #pragma once
 
@@ -19,6 +20,7 @@ struct ProfileFlags {
   std::string range;
   int64_t skip = 0;
   bool keep_raw = false;
+  bool torch = false;  // --torch: kforge's PyTorch hooks in every Python process of the command
   std::vector<std::string> command;
   std::vector<std::string> unparsed;  // arguments that are neither kforge's options nor after --
   TorchTraceFlags torch_trace;        // --torch-trace FILE: import instead of running a command

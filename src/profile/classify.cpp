@@ -80,16 +80,24 @@ const ContextRule kContextRules[] = {
      "an RMSNorm module: all its kernels (pow, mean, rsqrt, mul in eager mode)"},
     {"module-layernorm", module_class_name, ".*LayerNorm.*", "layernorm", encloses,
      "a LayerNorm module"},
-    {"module-rope-half", module_class_name,
-     ".*(Rotary|RoPE|Rope).*Half.*|(Llama|Mistral|Qwen[0-9]*|Gemma[0-9]*)Rotary.*",
-     "rotary_embedding_half", encloses,
-     "a rotary-embedding module that rotates halves (x[i], x[i + D/2])"},
+    // Hugging Face's <Model>RotaryEmbedding modules compute the cos/sin tables only; the
+    // rotation itself is a function in the attention's forward (fusion.h finds it).
+    {"module-rope-tables", module_class_name, "[A-Z][A-Za-z0-9]*[a-z0-9]RotaryEmbedding", "other",
+     encloses, "a Hugging Face rotary-embedding module: the cos/sin tables, not the rotation",
+     "rope_tables"},
+    {"module-rope-half", module_class_name, ".*(Rotary|RoPE|Rope).*Half.*", "rotary_embedding_half",
+     encloses, "a rotary-embedding module that rotates halves (x[i], x[i + D/2])"},
     {"module-rope", module_class_name, ".*(Rotary|RoPE|Rope).*", "rotary_embedding", encloses,
      "a rotary-embedding module (interleaved pairs x[2i], x[2i+1])"},
     {"module-mlp", module_class_name, ".*(SwiGLU|SwiGlu|GatedMLP|LlamaMLP).*", "fused_mlp",
      encloses, "a SwiGLU MLP module: its three matmuls and the silu-multiply"},
     {"module-cross-entropy", module_class_name, ".*CrossEntropy.*", "cross_entropy", encloses,
      "a cross-entropy module"},
+    {"module-gelu", module_class_name, ".*(GELU|Gelu|GeLU).*", "other", encloses,
+     "a GELU activation module (tanh or erf form, one kernel or many)", "gelu"},
+    {"aten-embedding", op_name, "aten::(embedding|embedding_bag)", "other", encloses,
+     "an embedding lookup", "embedding"},
+    {"aten-gelu", op_name, "aten::gelu", "other", innermost, "a GELU activation", "gelu"},
     // Single ops: the innermost decides.
     {"aten-matmul", op_name, "aten::(mm|addmm|bmm|baddbmm|linear|matmul|_addmm_activation)",
      "matmul", innermost, "a matrix product"},
@@ -335,8 +343,13 @@ Classification KernelClassifier::classify(std::string_view kernel_name,
   const auto decided_by = [&](int i) {
     const ContextRule& rule = *rules[i];
     return Classification{
-        std::string(rule.op), std::string(rule.id), std::string(rule.why),
-        module_class(context[i]->name).empty() ? Evidence::context_op : Evidence::module, i};
+        std::string(rule.op),
+        std::string(rule.id),
+        std::string(rule.why),
+        module_class(context[i]->name).empty() ? Evidence::context_op : Evidence::module,
+        i,
+        std::string(rule.group),
+        rule.scope == RuleScope::encloses};
   };
   for (int i = n - 1; i >= 0; --i) {
     if (!rules[i] || rules[i]->scope != RuleScope::encloses) continue;

@@ -38,6 +38,10 @@ struct Classification {
   std::string reason;  // the rule's explanation
   Evidence evidence = Evidence::kernel_name;
   int context_index = -1;  // the deciding context entry (0 = outermost); -1: the kernel name
+  // For op "other": the named group of work no kforge op does ("gelu", "kv_cache", "embedding",
+  // "rope_tables"; fusion.h), or empty.
+  std::string group;
+  bool enclosing = false;  // decided by a rule that encloses (RuleScope::encloses)
 };
 
 // How a context rule decides.
@@ -58,6 +62,7 @@ struct ContextRule {
   std::string_view op;       // a kforge op, or "other"
   RuleScope scope;
   std::string_view why;
+  std::string_view group = {};  // with op "other": the named group (Classification::group)
 };
 
 struct KernelNameRule {

@@ -371,7 +371,7 @@ bool in_region(const Work& w, const std::vector<bool>& kept) {
 std::vector<OpContext> context_of(const Work& w, const std::vector<RangeRecord>& ranges) {
   std::vector<OpContext> context;
   for (const size_t r : w.context)
-    context.push_back({ranges[r].name, {}, {}});
+    context.push_back({.name = ranges[r].name, .call = static_cast<int64_t>(r) + 1});
   return context;
 }
 

@@ -9,12 +9,14 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "profile/torch_hooks.h"
 
 extern char** environ;
 
@@ -73,11 +75,29 @@ InjectionPaths find_injection_paths(const fs::path& directory) {
 
 std::vector<std::pair<std::string, std::string>> injection_environment(
     const InjectionPaths& paths, const fs::path& raw_directory) {
-  return {{"CUDA_INJECTION64_PATH", paths.injection_library.string()},
-          // The injection library forwards NVTX's initialization to the CUPTI that records
-          // (InitializeInjectionNvtx2 in inject.cpp), whichever copy the program loaded.
-          {"NVTX_INJECTION64_PATH", paths.injection_library.string()},
-          {"KFORGE_PROFILE_DIR", raw_directory.string()}};
+  std::vector<std::pair<std::string, std::string>> added = {
+      {"CUDA_INJECTION64_PATH", paths.injection_library.string()},
+      // The injection library forwards NVTX's initialization to the CUPTI that records
+      // (InitializeInjectionNvtx2 in inject.cpp), whichever copy the program loaded.
+      {"NVTX_INJECTION64_PATH", paths.injection_library.string()},
+      {"KFORGE_PROFILE_DIR", raw_directory.string()}};
+  if (!paths.python_directory.empty()) {
+    std::string python_path = paths.python_directory.string();
+    if (const char* user = std::getenv("PYTHONPATH"); user && *user)
+      python_path += std::string(":") + user;
+    added.emplace_back("PYTHONPATH", python_path);
+    added.emplace_back("KFORGE_TORCH_HOOKS", "1");
+  }
+  return added;
+}
+
+void write_torch_hooks(const fs::path& directory) {
+  fs::create_directories(directory);
+  const fs::path file = directory / "sitecustomize.py";
+  std::ofstream out(file, std::ios::binary);
+  const std::string_view text = torch_hooks_source();
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!out.flush()) throw Error(fmt::format("cannot write {}", file.string()));
 }
 
 ExitStatus run_injected(const std::vector<std::string>& command, const InjectionPaths& paths,

@@ -15,6 +15,9 @@ namespace kforge {
 struct InjectionPaths {
   // libkforge_inject.so: CUDA_INJECTION64_PATH and NVTX_INJECTION64_PATH both name it.
   std::filesystem::path injection_library;
+  // When set (`kforge profile --torch`): a directory holding kforge's sitecustomize.py
+  // (torch_hooks.h), put first on PYTHONPATH with KFORGE_TORCH_HOOKS=1.
+  std::filesystem::path python_directory;
 };
 
 // libkforge_inject.so in `directory` (where the kforge binary is). Throws Error when it is

@@ -398,10 +398,18 @@ ContextOp parse_context(const OpContext& context) {
     items.emplace_back(trim(parts[i].substr(0, eq)), trim(parts[i].substr(eq + 1)));
   }
   op.name = std::string(parts.front());
+  op.identifies_call = context.call != 0;
   for (const auto& [key, value] : items) {
     if (key == "sizes") {
       if (auto dims = parse_size_lists(value); dims && op.input_dims.empty())
         op.input_dims = std::move(*dims);
+    } else if (key == "types") {
+      // kforge's module ranges (profile --torch) name each operand's dtype.
+      if (value.size() >= 2 && value.front() == '[' && value.back() == ']' &&
+          op.input_types.empty()) {
+        for (const std::string_view type : split_top_level(value.substr(1, value.size() - 2)))
+          op.input_types.emplace_back(type);
+      }
     } else if (key == "input_op_ids") {
       // Graph edges between ops; not needed here.
     } else {

@@ -30,8 +30,9 @@ struct ContextOp {
   std::vector<std::vector<int64_t>> input_dims;  // one entry per input ([] for non-tensors)
   std::vector<std::string> input_types;          // "c10::BFloat16", "float", ... when recorded
   std::map<std::string, std::string, std::less<>> fields;  // other "key = value" items
-  // The text carries PyTorch's seq or op_id, which differ from call to call: two kernels whose
-  // context entries have equal texts were launched by the same call.
+  // The entry names one call: its OpContext carries a call number, or its text PyTorch's seq or
+  // op_id, which differ from call to call. Two kernels whose entries are equal (text and call
+  // number) were launched by the same call.
   bool identifies_call = false;
 };
 

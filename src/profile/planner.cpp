@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -11,18 +12,12 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "profile/fusion.h"
 #include "profile/op_shapes.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
 namespace {
-
-// What the planner keeps about one kernel.
-struct KernelFacts {
-  Classification what;
-  std::vector<const ContextOp*> context;
-  std::string_view name;  // demangled when there is one
-};
 
 // One call of an op: the kernels it launched.
 struct Call {
@@ -31,9 +26,23 @@ struct Call {
 };
 
 std::string context_key(const OpContext& c) {
-  if (c.input_dims.empty() && c.input_types.empty() && c.input_values.empty()) return c.name;
-  return c.name + '\x1f' + nlohmann::json(c.input_dims).dump() + '\x1f' +
+  std::string key = c.name;
+  if (c.call != 0) key += fmt::format("\x1f#{}", c.call);
+  if (c.input_dims.empty() && c.input_types.empty() && c.input_values.empty()) return key;
+  return key + '\x1f' + nlohmann::json(c.input_dims).dump() + '\x1f' +
          nlohmann::json(c.input_types).dump() + '\x1f' + nlohmann::json(c.input_values).dump();
+}
+
+// Kernels per process and stream, in start order.
+std::vector<size_t> launch_order(const Profile& profile) {
+  std::vector<size_t> order(profile.kernels.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const KernelRecord &x = profile.kernels[a], &y = profile.kernels[b];
+    return std::tie(x.pid, x.stream, x.start_ns, x.end_ns) <
+           std::tie(y.pid, y.stream, y.start_ns, y.end_ns);
+  });
+  return order;
 }
 
 // The shortest period p (dividing n) with names[i] == names[i % p]: consecutive calls of one op
@@ -50,31 +59,22 @@ size_t period(const std::vector<std::string_view>& names) {
   return n;
 }
 
-// Splits the kernels into calls. Kernels a context op classified form runs: consecutive kernels
-// (per process and stream, in start order) with the same deciding context. A run is one call
-// when its deciding entry carries PyTorch's seq/op_id (texts differ between calls); otherwise
-// it is cut into repeats of its kernel-name sequence.
-std::vector<Call> split_into_calls(const Profile& profile, const std::vector<KernelFacts>& facts) {
-  std::vector<size_t> order(profile.kernels.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const KernelRecord &x = profile.kernels[a], &y = profile.kernels[b];
-    return std::tie(x.pid, x.stream, x.start_ns, x.end_ns) <
-           std::tie(y.pid, y.stream, y.start_ns, y.end_ns);
-  });
+// Splits the kernels into calls. Kernels whose deciding entry identifies its call (a call number,
+// PyTorch's seq/op_id) are one call per entry, wherever they ran. Other kernels a context op
+// classified form runs: consecutive kernels (per process and stream, in start order) with the
+// same deciding context, cut into repeats of their kernel-name sequence.
+std::vector<Call> split_into_calls(const Profile& profile, const std::vector<size_t>& order,
+                                   const std::vector<KernelFacts>& facts) {
   std::vector<Call> calls;
+  std::unordered_map<const ContextOp*, size_t> call_of_entry;
   std::vector<size_t> run;
   std::string run_key;
   const auto flush = [&] {
     if (run.empty()) return;
-    const KernelFacts& first = facts[run.front()];
-    size_t p = run.size();
-    if (!first.context[static_cast<size_t>(first.what.context_index)]->identifies_call) {
-      std::vector<std::string_view> names;
-      for (const size_t k : run)
-        names.push_back(facts[k].name);
-      p = period(names);
-    }
+    std::vector<std::string_view> names;
+    for (const size_t k : run)
+      names.push_back(facts[k].name);
+    const size_t p = period(names);
     for (size_t begin = 0; begin < run.size(); begin += p)
       calls.push_back({std::vector<size_t>(run.begin() + static_cast<std::ptrdiff_t>(begin),
                                            run.begin() + static_cast<std::ptrdiff_t>(begin + p)),
@@ -87,6 +87,14 @@ std::vector<Call> split_into_calls(const Profile& profile, const std::vector<Ker
     if (f.what.context_index < 0) {
       flush();
       calls.push_back({{k}, false});
+      continue;
+    }
+    const ContextOp* deciding = f.context[static_cast<size_t>(f.what.context_index)];
+    if (deciding->identifies_call) {
+      flush();
+      const auto [at, added] = call_of_entry.try_emplace(deciding, calls.size());
+      if (added) calls.push_back({{}, true});
+      calls[at->second].kernels.push_back(k);
       continue;
     }
     const KernelRecord& kernel = profile.kernels[k];
@@ -125,6 +133,8 @@ struct PendingCall {
   DType dtype = DType::bf16;
   std::string dtype_source;  // "input types", "kernel name", "enclosing range" or "default"
   std::string dtype_note;
+  const Fusion* fusion = nullptr;       // work attached to the call (fusion.h)
+  std::optional<NamedGroupCall> named;  // a named group's call, when its inputs say
 };
 
 bool dtype_is_own(const PendingCall& pc) {
@@ -135,11 +145,17 @@ bool dtype_is_own(const PendingCall& pc) {
 // around it add; the dtype from the op's input types, else the kernels' names, else the default
 // (resolve_dtypes_from_ranges may replace that).
 PendingCall resolve_call(const Call& call, const std::vector<KernelFacts>& facts,
-                         DType default_dtype) {
+                         const FusionResult& fusions, DType default_dtype) {
   PendingCall pc;
   pc.call = &call;
   pc.why_not = "the kernel name alone gives no shape";
   const KernelFacts& first = facts[call.kernels.front()];
+  const ContextOp* deciding =
+      call.from_context ? first.context[static_cast<size_t>(first.what.context_index)] : nullptr;
+  if (deciding) {
+    if (const auto found = fusions.fusions.find(deciding); found != fusions.fusions.end())
+      pc.fusion = &found->second;
+  }
   ShapeHints hints;
   std::optional<DType> name_dtype;
   for (const size_t k : call.kernels) {
@@ -159,11 +175,25 @@ PendingCall resolve_call(const Call& call, const std::vector<KernelFacts>& facts
           hints.causal = parse_flag(it->second);
       }
     }
-    pc.problem =
-        map_problem(first.what.op, *first.context[static_cast<size_t>(first.what.context_index)],
-                    hints, &pc.why_not);
+    if (first.what.op != "other") {
+      pc.problem = map_problem(first.what.op, *deciding, hints, &pc.why_not);
+    } else {
+      pc.named = named_group_call(first.what.group, *deciding);
+      if (!pc.named) pc.why_not = "its inputs do not give the tensor it makes";
+    }
   }
-  if (pc.problem && pc.problem->dtype) {
+  std::optional<DType> named_dtype;
+  if (pc.named && pc.named->dtype_input < deciding->input_types.size())
+    named_dtype = dtype_from_torch_type(deciding->input_types[pc.named->dtype_input]);
+  if (pc.fusion && pc.fusion->dtype_from_range) {
+    // An attached cast: the op reads what the model made, in the dtype the code around it
+    // computes in (resolve_dtypes_from_ranges), not the cast's.
+    pc.dtype = default_dtype;
+    pc.dtype_source = "default";
+  } else if (named_dtype) {
+    pc.dtype = *named_dtype;
+    pc.dtype_source = "input types";
+  } else if (pc.problem && pc.problem->dtype) {
     pc.dtype = *pc.problem->dtype;
     pc.dtype_source = "input types";
   } else if (name_dtype) {
@@ -200,7 +230,16 @@ void resolve_dtypes_from_ranges(std::vector<PendingCall>& pending,
     const KernelFacts& first = facts[pc.call->kernels.front()];
     for (size_t i = first.context.size(); i-- > 0;) {
       const auto found = time_by_dtype.find(first.context[i]);
-      if (found == time_by_dtype.end()) continue;
+      if (found == time_by_dtype.end()) {
+        // A module range of `kforge profile --torch` names its input's dtype.
+        const auto& types = first.context[i]->input_types;
+        const auto own = types.empty() ? std::nullopt : dtype_from_torch_type(types.front());
+        if (!own) continue;
+        pc.dtype = *own;
+        pc.dtype_source = "enclosing range";
+        pc.dtype_note = fmt::format("dtype of the input of range {}", first.context[i]->name);
+        break;
+      }
       // A 16-bit type with any time wins, as it does in kernel names: under autocast the
       // float kernels (norms, reductions) can take more time than the bf16 ones around a GEMM.
       const auto rank = [](const std::pair<const DType, int64_t>& d) {
@@ -228,6 +267,15 @@ std::optional<double> PlanGroup::achieved_gbps() const {
 std::optional<double> PlanGroup::achieved_tflops() const {
   if (!flops_per_call || time_ns <= 0) return std::nullopt;
   return *flops_per_call * static_cast<double>(calls) / static_cast<double>(time_ns) * 1e-3;
+}
+
+std::optional<Cost> PlanGroup::cost() const {
+  if (named_elements && dtype)
+    return Cost{static_cast<double>(*named_elements * dtype_size(*dtype)), 0.0};
+  if (!sizes || !dtype || op == "other") return std::nullopt;
+  Cost cost = find_op(op)->cost(*sizes, *dtype);
+  cost.bytes += static_cast<double>(extra_elements * dtype_size(*dtype));
+  return cost;
 }
 
 bool PlanGroup::extractable() const {
@@ -287,21 +335,26 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
     }
     f.what = classifier.classify(f.name, f.context);
   }
+  // Composite ops and fusion groups among the calls (fusion.h).
+  const std::vector<size_t> order = launch_order(profile);
+  std::deque<ContextOp> synthetic;
+  const FusionResult fusions = find_fusions(profile, order, facts, synthetic);
 
   // Calls -> problems -> groups.
   std::map<std::string, PlanGroup> groups;
   std::map<std::string, std::map<std::string, KernelNameShare>> names_by_group;
-  const std::vector<Call> calls = split_into_calls(profile, facts);
+  const std::vector<Call> calls = split_into_calls(profile, order, facts);
   std::vector<PendingCall> pending;
   for (const Call& call : calls) {
     const KernelFacts& first = facts[call.kernels.front()];
     const std::string& op = first.what.op;
-    if (op == "other") {
+    if (op == "other" && (first.what.group.empty() || !call.from_context)) {
       // No kforge op: each kernel is its own call, grouped by its name.
       for (const size_t k : call.kernels) {
         const KernelFacts& f = facts[k];
         PlanGroup& g = groups["other\x1e" + std::string(f.name)];
         g.op = "other";
+        g.name = "other";
         g.shape = "-";
         g.calls_are_kernels = true;
         g.calls += 1;
@@ -316,31 +369,42 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
       }
       continue;
     }
-    pending.push_back(resolve_call(call, facts, options.default_dtype));
+    pending.push_back(resolve_call(call, facts, fusions, options.default_dtype));
   }
   // Calls whose kernels name no dtype take the one of the kernels around them.
   resolve_dtypes_from_ranges(pending, facts, profile);
 
   for (const PendingCall& pc : pending) {
     const Call& call = *pc.call;
-    const std::string& op = facts[call.kernels.front()].what.op;
+    const Classification& what = facts[call.kernels.front()].what;
+    const std::string& op = what.op;
     const OpSpec* spec = find_op(op);
-    const std::string shape = pc.problem && spec ? spec->format_shape(pc.problem->sizes) : "?";
-    const std::string key = fmt::format("{}\x1e{}\x1e{}", op, shape, dtype_name(pc.dtype));
+    std::string shape = pc.problem && spec ? spec->format_shape(pc.problem->sizes) : "?";
+    if (pc.named) shape = fmt::format("{}", fmt::join(pc.named->shape, "x"));
+    const std::string name = pc.fusion ? pc.fusion->name : op == "other" ? what.group : op;
+    const std::string key =
+        fmt::format("{}\x1e{}\x1e{}\x1e{}", name, op, shape, dtype_name(pc.dtype));
     PlanGroup& g = groups[key];
     if (g.op.empty()) {
       g.op = op;
+      g.name = name;
       g.shape = shape;
       g.dtype = pc.dtype;
       g.dtype_source = pc.dtype_source;
       if (pc.problem) g.sizes = pc.problem->sizes;
+      if (pc.named) g.named_elements = pc.named->elements;
+    }
+    if (pc.fusion) {
+      g.extra_elements = std::max(g.extra_elements, pc.fusion->extra_elements);
+      for (const auto& n : pc.fusion->notes)
+        add_unique(g.notes, n);
     }
     g.calls += 1;
     g.calls_are_kernels = g.calls_are_kernels || !call.from_context;
     if (pc.problem) {
       for (const auto& n : pc.problem->notes)
         add_unique(g.notes, n);
-    } else {
+    } else if (!pc.named) {
       add_unique(g.unmapped, pc.why_not);
     }
     if (!pc.dtype_note.empty()) add_unique(g.notes, pc.dtype_note);
@@ -394,8 +458,9 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
                      [](const auto& a, const auto& b) { return a.time_ns > b.time_ns; });
     g.share = static_cast<double>(g.time_ns) / total;
     g.gain_bound = g.share < 1 ? 1 / (1 - g.share) : INFINITY;
-    if (!g.sizes || g.calls == 0) continue;
-    const Cost cost = find_op(g.op)->cost(*g.sizes, *g.dtype);
+    const std::optional<Cost> group_cost = g.cost();
+    if (!group_cost || g.calls == 0) continue;
+    const Cost& cost = *group_cost;
     const double memory_s = cost.bytes / (options.copy_gbps * 1e9);
     const double compute_s = matmul_tflops ? cost.flops / (*matmul_tflops * 1e12) : 0.0;
     const double roofline_ns = std::max(memory_s, compute_s) * 1e9;
@@ -458,6 +523,16 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
     g.cumulative_gain = 1 / ((1 - fixed_share) + fixed_time);
     plan.all_fixed_gain = *g.cumulative_gain;
   }
+  for (const PlanGroup& g : plan.groups) {
+    if (g.op != "other") {
+      plan.op_share += g.share;
+      if (g.sizes) plan.op_share_with_problem += g.share;
+    } else if (g.name != "other") {
+      plan.named_share += g.share;
+    } else {
+      plan.other_share += g.share;
+    }
+  }
   return plan;
 }
 
@@ -475,6 +550,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
     groups.push_back({
         {"rank", g.rank},
         {"op", g.op},
+        {"name", g.name},
         {"shape", g.shape},
         {"sizes", g.sizes ? json(*g.sizes) : json(nullptr)},
         {"dtype", g.dtype ? json(dtype_name(*g.dtype)) : json(nullptr)},
@@ -517,6 +593,10 @@ nlohmann::json plan_to_json(const Plan& plan) {
           {"raised_matmul_tflops", optional(plan.raised_matmul_tflops)},
           {"raised_by", plan.raised_by.empty() ? json(nullptr) : json(plan.raised_by)},
           {"all_fixed_gain", plan.all_fixed_gain},
+          {"op_share", plan.op_share},
+          {"op_share_with_problem", plan.op_share_with_problem},
+          {"named_share", plan.named_share},
+          {"other_share", plan.other_share},
           {"groups", groups}};
 }
 

@@ -53,7 +53,11 @@ struct RuleUse {
 
 struct PlanGroup {
   int rank = 0;
-  std::string op;              // a kforge op, or "other"
+  std::string op;  // a kforge op, or "other"
+  // What the table shows: the op; a fusion group around it ("residual_add+rmsnorm",
+  // "cast+cross_entropy"); a named group of work no kforge op does ("gelu", "kv_cache"); or
+  // "other" (fusion.h).
+  std::string name;
   std::optional<Sizes> sizes;  // the problem, when the context determined it
   std::string shape;           // OpSpec::format_shape; "?" when unknown; "-" for other
   std::optional<DType> dtype;  // none for other
@@ -78,12 +82,17 @@ struct PlanGroup {
   std::map<std::string, RuleUse> rules;       // by rule id
   std::vector<std::string> notes;             // assumptions behind the problem and the bound
   std::vector<std::string> unmapped;          // why the shape is unknown
+  int64_t extra_elements = 0;                 // per call, moved by work attached to the op
+  std::optional<int64_t> named_elements;      // per call of a named group: its whole traffic
 
   double ns_per_call() const {
     return calls ? static_cast<double>(time_ns) / static_cast<double>(calls) : 0;
   }
   std::optional<double> achieved_gbps() const;
   std::optional<double> achieved_tflops() const;
+  // The compulsory bytes and FLOPs of one call: the op's at its problem plus the attached work's
+  // bytes, or a named group's traffic; nullopt without a problem.
+  std::optional<Cost> cost() const;
   // A kforge op at a known problem in a dtype the op supports: a task `kforge tune` accepts.
   bool extractable() const;
 };
@@ -103,6 +112,12 @@ struct Plan {
   std::vector<PlanGroup> groups;  // ranked
   // Gain if every group with a roofline ran at it.
   double all_fixed_gain = 1;
+  // Shares of kernel time: in kforge ops (and fusion groups around them), those with a known
+  // problem, in named groups, and in neither.
+  double op_share = 0;
+  double op_share_with_problem = 0;
+  double named_share = 0;
+  double other_share = 0;
 };
 
 // The device whose kernels took the most time (its name as the profile records it).

@@ -73,6 +73,7 @@ void to_json(nlohmann::json& j, const OpContext& c) {
   if (!c.input_dims.empty()) j["input_dims"] = c.input_dims;
   if (!c.input_types.empty()) j["input_types"] = c.input_types;
   if (!c.input_values.empty()) j["input_values"] = c.input_values;
+  if (c.call != 0) j["call"] = c.call;
 }
 
 void from_json(const nlohmann::json& j, OpContext& c) {
@@ -80,6 +81,7 @@ void from_json(const nlohmann::json& j, OpContext& c) {
   c.input_dims = j.value("input_dims", std::vector<std::vector<int64_t>>{});
   c.input_types = j.value("input_types", std::vector<std::string>{});
   c.input_values = j.value("input_values", std::vector<std::string>{});
+  c.call = j.value("call", int64_t{0});
 }
 
 void to_json(nlohmann::json& j, const KernelRecord& k) {

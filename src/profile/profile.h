@@ -30,6 +30,9 @@ struct OpContext {
   // Scalar arguments as a torch.profiler trace records them ("Concrete Inputs": "True", "0.",
   // "" for tensors); one entry per input where known.
   std::vector<std::string> input_values;
+  // Which call this entry was: entries of two kernels with the same number (within one profile)
+  // are one call, whose kernels all ran inside it. 0 when the source does not say.
+  int64_t call = 0;
   bool operator==(const OpContext&) const = default;
 };
 

@@ -452,8 +452,10 @@ TorchTraceImport import_torch_trace(const json& trace) {
     if (origin) {
       const auto nesting = contexts.find(origin->track);
       if (nesting != contexts.end()) {
-        for (const size_t i : nesting->second.enclosing(events, origin->start_ns, origin->end_ns))
+        for (const size_t i : nesting->second.enclosing(events, origin->start_ns, origin->end_ns)) {
           k.context.push_back(context_entry[i]);
+          k.context.back().call = static_cast<int64_t>(i) + 1;
+        }
       }
       ++(by_external ? result.linked_by_external_id : result.linked_by_correlation);
     } else {

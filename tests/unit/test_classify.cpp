@@ -313,8 +313,13 @@ TEST(ClassifyContext, EnclosingOpsOwnEveryKernelInside) {
             "rotary_embedding");
   EXPECT_EQ(classifier.classify(kElementwise, context({"module::RotaryEmbeddingHalf"})).op,
             "rotary_embedding_half");
-  EXPECT_EQ(classifier.classify(kElementwise, context({"module::LlamaRotaryEmbedding"})).op,
-            "rotary_embedding_half");
+  // Hugging Face's <Model>RotaryEmbedding computes the cos/sin tables; the rotation is elsewhere.
+  const Classification tables =
+      classifier.classify(kElementwise, context({"module::LlamaRotaryEmbedding"}));
+  EXPECT_EQ(tables.op, "other");
+  EXPECT_EQ(tables.group, "rope_tables");
+  EXPECT_EQ(classifier.classify(kElementwise, context({"module::Qwen2RotaryEmbedding"})).group,
+            "rope_tables");
   // torch.profiler's module entries.
   EXPECT_EQ(classifier.classify(kElementwise, context({"nn.Module: LlamaRMSNorm_0"})).op,
             "rmsnorm");

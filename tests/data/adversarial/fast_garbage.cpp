@@ -5,8 +5,10 @@
  */
 // Adversarial: correct for its first few calls in a process (long enough to pass a one-off
 // correctness gate), then fast and wrong: it copies x to y. Timed samples are taken again after
-// the fact and checked against the reference; the fastest always is.
-// expect: check=WRONG bench=WRONG tune=loses
+// the fact and checked against the reference; the fastest always is. Its memcpy of a
+// cache-resident tensor can also beat the physical limit where the measured copy ceiling is low
+// (a loaded 2-core machine): then the limit refuses it first.
+// expect: check=WRONG bench=WRONG|INVALID tune=loses
 #include <cstring>
 
 #include "honest_rmsnorm_cpu.h"
