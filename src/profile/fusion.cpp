@@ -24,97 +24,12 @@ const Dims& input(const ContextOp& op, size_t i) {
   return i < op.input_dims.size() ? op.input_dims[i] : none;
 }
 
-const OpPattern kPatterns[] = {
-    {"rope-rotate-half",
-     {"mul", "neg", "cat", "mul", "add"},
-     "rotary_embedding_half",
-     "",
-     "x*cos + rotate_half(x)*sin: the halves (x[i], x[i + D/2]) rotated (Hugging Face "
-     "apply_rotary_pos_emb)"},
-    {"rope-interleaved",
-     {"mul", "neg", "stack", "mul", "add"},
-     "rotary_embedding",
-     "",
-     "x*cos + stack(-x[1::2], x[::2])*sin: interleaved pairs (x[2i], x[2i+1]) rotated"},
-    {"eager-attention",
-     {"matmul|bmm", "div|mul?", "add?", "softmax|_softmax|_safe_softmax", "to?", "dropout?",
-      "matmul|bmm"},
-     "flash_attention",
-     "",
-     "attention written out: q k^T, scale, mask, softmax, times v"},
-    {"rmsnorm-chain",
-     {"to?", "pow", "mean", "add", "rsqrt", "mul", "to?", "mul"},
-     "rmsnorm",
-     "",
-     "an RMS norm written out: x * rsqrt(mean(x^2) + eps) * weight"},
-    {"cross-entropy-chain",
-     {"to?", "log_softmax", "nll_loss|nll_loss_nd"},
-     "cross_entropy",
-     "",
-     "log_softmax then nll_loss: a cross-entropy loss"},
-    {"kv-cache", {"cat"}, "other", "kv_cache", "keys or values appended to a cache"},
-};
-
-// The labels of the SwiGLU MLP structure (a module's whole forward).
-const std::vector<std::vector<std::string_view>> kSwigluBodies = {
-    {"linear", "silu", "linear", "mul", "linear"},
-    {"linear", "linear", "silu", "mul", "linear"},
-};
-
-// The call tree of the kernels' contexts.
-struct Node {
-  const ContextOp* entry = nullptr;  // null for the root
-  int depth = -1;                    // index of entry in its kernels' contexts
-  std::vector<size_t> children;      // nodes, in launch order
-  std::vector<size_t> kernels;       // every kernel of its subtree, in launch order
-};
-
-class CallTree {
- public:
-  CallTree(const std::vector<size_t>& order, const std::vector<KernelFacts>& kernels) {
-    nodes_.emplace_back();  // the root
-    for (const size_t k : order) {
-      size_t at = 0;
-      nodes_[at].kernels.push_back(k);
-      const auto& chain = kernels[k].context;
-      for (size_t i = 0; i < chain.size(); ++i) {
-        const auto key = std::pair(at, chain[i]);
-        auto found = index_.find(key);
-        if (found == index_.end()) {
-          Node node;
-          node.entry = chain[i];
-          node.depth = static_cast<int>(i);
-          nodes_.push_back(std::move(node));
-          found = index_.emplace(key, nodes_.size() - 1).first;
-          nodes_[at].children.push_back(found->second);
-        }
-        at = found->second;
-        nodes_[at].kernels.push_back(k);
-      }
-    }
-  }
-
-  const std::vector<Node>& nodes() const { return nodes_; }
-
-  // "mul" for aten::mul; a module whose forward is one op call is labelled by that op (a Linear
-  // is "linear", SiLUActivation "silu"); other modules "module".
-  std::string label(size_t n) const {
-    const Node& node = nodes_[n];
-    if (!node.entry) return "";
-    if (module_class(node.entry->name).empty()) {
-      std::string_view name = node.entry->name;
-      if (name.starts_with("aten::")) name.remove_prefix(6);
-      return std::string(name);
-    }
-    if (node.children.size() == 1 && module_class(nodes_[node.children[0]].entry->name).empty())
-      return label(node.children[0]);
-    return "module";
-  }
-
- private:
-  std::vector<Node> nodes_;
-  std::map<std::pair<size_t, const ContextOp*>, size_t> index_;
-};
+// "mul" for "aten::mul"; other names as they are.
+std::string_view op_label(const ContextOp& op) {
+  std::string_view name = op.name;
+  if (name.starts_with("aten::")) name.remove_prefix(6);
+  return name;
+}
 
 bool step_accepts(std::string_view step, std::string_view label) {
   if (step.ends_with('?')) step.remove_suffix(1);
@@ -127,6 +42,200 @@ bool step_accepts(std::string_view step, std::string_view label) {
   return false;
 }
 
+// The first of the calls whose label a step accepts.
+const ContextOp* first_accepted(std::span<const ContextOp* const> calls, std::string_view step) {
+  for (const ContextOp* c : calls) {
+    if (step_accepts(step, op_label(*c))) return c;
+  }
+  return nullptr;
+}
+
+// Readers of a matched pattern's inputs: the dims (and types) that map_problem, or
+// named_group_call, reads for the pattern's op; nullopt when they do not fit it.
+
+// mul(x [B, H, S, D], cos [.., S, D]): the rotary mapping reads x and a [S, D] table.
+std::optional<ContextOp> rope_inputs(std::span<const ContextOp* const> calls) {
+  const ContextOp& mul = *calls.front();
+  const Dims &x = input(mul, 0), &cos = input(mul, 1);
+  if (x.size() != 4 || cos.size() < 2 || cos.back() != x.back()) return std::nullopt;
+  ContextOp entry;
+  entry.input_dims = {x, Dims(cos.end() - 2, cos.end())};
+  entry.input_types = mul.input_types;
+  return entry;
+}
+
+// matmul(q [B, H, S, D], k^T [B, H, D, S]) ... matmul(p [B, H, S, S], v [B, H, S, D]).
+std::optional<ContextOp> attention_inputs(std::span<const ContextOp* const> calls) {
+  const ContextOp &qk = *calls.front(), &pv = *calls.back();
+  const Dims &q = input(qk, 0), &kt = input(qk, 1), &v = input(pv, 1);
+  if (q.size() != 4 || kt.size() != 4 || v.size() != 4) return std::nullopt;
+  ContextOp entry;
+  entry.input_dims = {q, Dims{kt[0], kt[1], kt[3], kt[2]}, v};
+  entry.input_types = qk.input_types;
+  return entry;
+}
+
+// pow(x, 2) ... mul(weight [D], y) (either order).
+std::optional<ContextOp> rmsnorm_inputs(std::span<const ContextOp* const> calls) {
+  const ContextOp* pow = first_accepted(calls, "pow");
+  const ContextOp& scale = *calls.back();
+  if (!pow) return std::nullopt;
+  const Dims& x = input(*pow, 0);
+  Dims weight;
+  for (size_t i = 0; i < 2; ++i) {
+    if (input(scale, i).size() == 1) weight = input(scale, i);
+  }
+  if (x.empty() || weight.empty() || weight.back() != x.back()) return std::nullopt;
+  ContextOp entry;
+  entry.input_dims = {x, weight};
+  entry.input_types = calls.front()->input_types;
+  return entry;
+}
+
+// log_softmax(logits [N, V]), nll_loss(.., target [N]).
+std::optional<ContextOp> cross_entropy_inputs(std::span<const ContextOp* const> calls) {
+  const ContextOp* log_softmax = first_accepted(calls, "log_softmax");
+  const ContextOp* nll = first_accepted(calls, "nll_loss|nll_loss_nd");
+  if (!log_softmax || !nll) return std::nullopt;
+  ContextOp entry;
+  entry.input_dims = {input(*log_softmax, 0), input(*nll, 1)};
+  entry.input_types = calls.front()->input_types;
+  return entry;
+}
+
+// A cat that appends to a cache: onto an empty tensor (the first step of Hugging Face's
+// DynamicCache), or onto a tensor equal in every dim but the sequence (dim -2). The cat's own
+// inputs, for named_group_call.
+std::optional<ContextOp> cache_append_inputs(std::span<const ContextOp* const> calls) {
+  const ContextOp& cat = *calls.front();
+  const Dims &cache = input(cat, 0), &added = input(cat, 1);
+  if (added.size() < 3) return std::nullopt;
+  bool appends = elements(cache) == 0 && !cache.empty();
+  if (!appends && cache.size() == added.size()) {
+    appends = true;
+    for (size_t i = 0; i < cache.size(); ++i)
+      appends = appends && (i + 2 == cache.size() || cache[i] == added[i]);
+  }
+  if (!appends) return std::nullopt;
+  ContextOp entry;
+  entry.input_dims = cat.input_dims;
+  entry.input_types = cat.input_types;
+  return entry;
+}
+
+const OpPattern kPatterns[] = {
+    {"rope-rotate-half",
+     {"mul", "neg", "cat", "mul", "add"},
+     "rotary_embedding_half",
+     "",
+     "x*cos + rotate_half(x)*sin: the halves (x[i], x[i + D/2]) rotated (Hugging Face "
+     "apply_rotary_pos_emb)",
+     rope_inputs},
+    {"rope-interleaved",
+     {"mul", "neg", "stack", "mul", "add"},
+     "rotary_embedding",
+     "",
+     "x*cos + stack(-x[1::2], x[::2])*sin: interleaved pairs (x[2i], x[2i+1]) rotated",
+     rope_inputs},
+    {"eager-attention",
+     {"matmul|bmm", "div|mul?", "add?", "softmax|_softmax|_safe_softmax", "to?", "dropout?",
+      "matmul|bmm"},
+     "flash_attention",
+     "",
+     "attention written out: q k^T, scale, mask, softmax, times v",
+     attention_inputs},
+    {"rmsnorm-chain",
+     {"to?", "pow", "mean", "add", "rsqrt", "mul", "to?", "mul"},
+     "rmsnorm",
+     "",
+     "an RMS norm written out: x * rsqrt(mean(x^2) + eps) * weight",
+     rmsnorm_inputs},
+    {"cross-entropy-chain",
+     {"to?", "log_softmax", "nll_loss|nll_loss_nd"},
+     "cross_entropy",
+     "",
+     "log_softmax then nll_loss: a cross-entropy loss",
+     cross_entropy_inputs},
+    {"kv-cache",
+     {"cat"},
+     "other",
+     "kv_cache",
+     "keys or values appended to a cache",
+     cache_append_inputs},
+};
+
+// The labels of the SwiGLU MLP structure (a module's whole forward).
+const std::vector<std::vector<std::string_view>> kSwigluBodies = {
+    {"linear", "silu", "linear", "mul", "linear"},
+    {"linear", "linear", "silu", "mul", "linear"},
+};
+
+// The call tree of the kernels' contexts.
+struct Node {
+  const ContextOp* entry = nullptr;  // null for the root
+  size_t parent = 0;                 // the root is its own parent
+  int depth = -1;                    // index of entry in its kernels' contexts
+  std::vector<size_t> children;      // nodes, in launch order
+  std::vector<size_t> kernels;       // every kernel of its subtree, in launch order
+  // "mul" for aten::mul; a module whose forward is one op call is labelled by that op (a Linear
+  // is "linear", SiLUActivation "silu"); other modules "module".
+  std::string label;
+};
+
+class CallTree {
+ public:
+  CallTree(const std::vector<size_t>& order, const std::vector<KernelFacts>& kernels) {
+    nodes_.emplace_back();  // the root
+    std::map<std::pair<size_t, const ContextOp*>, size_t> index;
+    for (const size_t k : order) {
+      size_t at = 0;
+      nodes_[at].kernels.push_back(k);
+      const auto& chain = kernels[k].context;
+      for (size_t i = 0; i < chain.size(); ++i) {
+        auto found = index.find({at, chain[i]});
+        if (found == index.end()) {
+          Node node;
+          node.entry = chain[i];
+          node.parent = at;
+          node.depth = static_cast<int>(i);
+          nodes_.push_back(std::move(node));
+          found = index.emplace(std::pair(at, chain[i]), nodes_.size() - 1).first;
+          nodes_[at].children.push_back(found->second);
+        }
+        at = found->second;
+        nodes_[at].kernels.push_back(k);
+      }
+    }
+    // Children come after their parents: label from the leaves up.
+    for (size_t n = nodes_.size(); n-- > 1;) {
+      Node& node = nodes_[n];
+      if (module_class(node.entry->name).empty()) {
+        node.label = op_label(*node.entry);
+      } else if (node.children.size() == 1 && !is_module(nodes_[node.children[0]])) {
+        node.label = nodes_[node.children[0]].label;
+      } else {
+        node.label = "module";
+      }
+    }
+  }
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+
+  static bool is_module(const Node& node) {
+    return node.entry && !module_class(node.entry->name).empty();
+  }
+
+  std::vector<std::string> child_labels(const Node& node) const {
+    std::vector<std::string> labels;
+    for (const size_t c : node.children)
+      labels.push_back(nodes_[c].label);
+    return labels;
+  }
+
+ private:
+  std::vector<Node> nodes_;
+};
+
 // Matches steps[s..] against labels[at..]; returns the number of labels used, or nullopt.
 // Optional steps are tried taken first, then skipped.
 std::optional<size_t> match_steps(const std::vector<std::string_view>& steps, size_t s,
@@ -138,79 +247,6 @@ std::optional<size_t> match_steps(const std::vector<std::string_view>& steps, si
   }
   if (optional) return match_steps(steps, s + 1, labels, at);
   return std::nullopt;
-}
-
-// The inputs of a matched pattern as one entry that map_problem reads, or nullopt when they do
-// not fit the pattern's op.
-std::optional<ContextOp> pattern_entry(const OpPattern& pattern,
-                                       const std::vector<const ContextOp*>& calls) {
-  ContextOp entry;
-  entry.name = fmt::format("pattern::{}", pattern.id);
-  entry.text = entry.name;
-  entry.identifies_call = true;
-  const auto first_named = [&](std::string_view label) -> const ContextOp* {
-    for (const ContextOp* c : calls) {
-      std::string_view name = c->name;
-      if (name.starts_with("aten::")) name.remove_prefix(6);
-      if (step_accepts(label, name)) return c;
-    }
-    return nullptr;
-  };
-  const auto take_types = [&](const ContextOp& from) { entry.input_types = from.input_types; };
-  if (pattern.id == "rope-rotate-half" || pattern.id == "rope-interleaved") {
-    // mul(x [B, H, S, D], cos [.., S, D]): the rotary mapping reads x and a [S, D] table.
-    const ContextOp& mul = *calls.front();
-    const Dims &x = input(mul, 0), &cos = input(mul, 1);
-    if (x.size() != 4 || cos.size() < 2 || cos.back() != x.back()) return std::nullopt;
-    entry.input_dims = {x, Dims(cos.end() - 2, cos.end())};
-    take_types(mul);
-    return entry;
-  }
-  if (pattern.id == "eager-attention") {
-    // matmul(q [B, H, S, D], k^T [B, H, D, S]) ... matmul(p [B, H, S, S], v [B, H, S, D]).
-    const ContextOp &qk = *calls.front(), &pv = *calls.back();
-    const Dims &q = input(qk, 0), &kt = input(qk, 1), &v = input(pv, 1);
-    if (q.size() != 4 || kt.size() != 4 || v.size() != 4) return std::nullopt;
-    entry.input_dims = {q, Dims{kt[0], kt[1], kt[3], kt[2]}, v};
-    take_types(qk);
-    return entry;
-  }
-  if (pattern.id == "rmsnorm-chain") {
-    const ContextOp* pow = first_named("pow");
-    const ContextOp& scale = *calls.back();
-    if (!pow) return std::nullopt;
-    const Dims& x = input(*pow, 0);
-    Dims weight;
-    for (size_t i = 0; i < 2; ++i) {
-      if (input(scale, i).size() == 1) weight = input(scale, i);
-    }
-    if (x.empty() || weight.empty() || weight.back() != x.back()) return std::nullopt;
-    entry.input_dims = {x, weight};
-    take_types(*calls.front());
-    return entry;
-  }
-  if (pattern.id == "cross-entropy-chain") {
-    const ContextOp* log_softmax = first_named("log_softmax");
-    const ContextOp* nll = first_named("nll_loss|nll_loss_nd");
-    if (!log_softmax || !nll) return std::nullopt;
-    entry.input_dims = {input(*log_softmax, 0), input(*nll, 1)};
-    take_types(*calls.front());
-    return entry;
-  }
-  return std::nullopt;
-}
-
-// A cat that appends to a cache: onto an empty tensor (the first step of Hugging Face's
-// DynamicCache), or onto a tensor equal in every dim but the sequence (dim -2).
-bool appends_to_cache(const ContextOp& cat) {
-  const Dims &cache = input(cat, 0), &added = input(cat, 1);
-  if (added.size() < 3) return false;
-  if (elements(cache) == 0 && !cache.empty()) return true;
-  if (cache.size() != added.size()) return false;
-  for (size_t i = 0; i < cache.size(); ++i) {
-    if (i + 2 != cache.size() && cache[i] != added[i]) return false;
-  }
-  return true;
 }
 
 const char* const kCastOps[] = {"to", "_to_copy", "copy_", "type_as", "contiguous", "clone"};
@@ -231,14 +267,14 @@ class FusionFinder {
     }
   }
 
-  FusionResult run() {
+  Fusions run() {
     const auto& nodes = tree_.nodes();
-    for (size_t n = 0; n < nodes.size(); ++n) {
-      if (swiglu_module(n)) continue;
-      match_patterns(n);
+    for (const Node& node : nodes) {
+      const std::vector<std::string> labels = tree_.child_labels(node);
+      if (!swiglu_module(node, labels)) match_patterns(node, labels);
     }
     for (size_t n = 1; n < nodes.size(); ++n)
-      attach(n);
+      attach(nodes[n]);
     return std::move(result_);
   }
 
@@ -273,12 +309,8 @@ class FusionFinder {
                        true};
   }
 
-  bool swiglu_module(size_t n) {
-    const Node& node = tree_.nodes()[n];
-    if (!node.entry || module_class(node.entry->name).empty()) return false;
-    std::vector<std::string> labels;
-    for (const size_t c : node.children)
-      labels.push_back(tree_.label(c));
+  bool swiglu_module(const Node& node, const std::vector<std::string>& labels) {
+    if (!CallTree::is_module(node)) return false;
     const bool matches = std::any_of(kSwigluBodies.begin(), kSwigluBodies.end(), [&](auto& body) {
       return std::equal(body.begin(), body.end(), labels.begin(), labels.end());
     });
@@ -287,15 +319,10 @@ class FusionFinder {
       decide(k, node.depth, "fused_mlp", "", "module-swiglu-structure",
              "a module whose forward is gate and up projections, silu, multiply, down "
              "projection: a SwiGLU MLP");
-    ++result_.pattern_calls;
     return true;
   }
 
-  void match_patterns(size_t n) {
-    const Node& node = tree_.nodes()[n];
-    std::vector<std::string> labels;
-    for (const size_t c : node.children)
-      labels.push_back(tree_.label(c));
+  void match_patterns(const Node& node, const std::vector<std::string>& labels) {
     for (size_t at = 0; at < labels.size();) {
       size_t used = 0;
       for (const OpPattern& pattern : kPatterns) {
@@ -318,28 +345,22 @@ class FusionFinder {
       if (!free_below(child, node.depth)) return false;
       calls.push_back(child.entry);
     }
-    const int index = node.depth + 1;  // where the children's entries sit in their contexts
-    if (pattern.op == "other") {
-      // A named group: one call, decided by its own entry.
-      if (length != 1 || !appends_to_cache(*calls.front())) return false;
-      for (const size_t k : nodes[node.children[at]].kernels)
-        decide(k, index, pattern.op, pattern.group, fmt::format("pattern-{}", pattern.id),
-               pattern.why);
-      ++result_.pattern_calls;
-      return true;
-    }
-    std::optional<ContextOp> entry = pattern_entry(pattern, calls);
+    std::optional<ContextOp> entry = pattern.read_inputs(calls);
     if (!entry) return false;
+    entry->name = fmt::format("pattern::{}", pattern.id);
+    entry->text = entry->name;
+    entry->identifies_call = true;
     const ContextOp* made = &synthetic_.emplace_back(std::move(*entry));
+    const int index = node.depth + 1;  // where the children's entries sit in their contexts
     for (size_t i = at; i < at + length; ++i) {
       for (const size_t k : nodes[node.children[i]].kernels) {
         // The pattern's call sits between the module and the ATen calls it groups.
         auto& context = kernels_[k].context;
         context.insert(context.begin() + index, made);
-        decide(k, index, pattern.op, "", fmt::format("pattern-{}", pattern.id), pattern.why);
+        decide(k, index, pattern.op, pattern.group, fmt::format("pattern-{}", pattern.id),
+               pattern.why);
       }
     }
-    ++result_.pattern_calls;
     return true;
   }
 
@@ -359,8 +380,10 @@ class FusionFinder {
     return std::nullopt;
   }
 
-  void join(const Node& node, size_t target, std::string name, int64_t extra_elements,
-            bool dtype_from_range, std::string note) {
+  // The node's kernels join the call `target` opens, under rule `rule`; the call gains `name`,
+  // the elements the node's work still moves, and the note.
+  void join(const Node& node, size_t target, std::string_view rule, std::string name,
+            int64_t extra_elements, bool dtype_from_range, std::string note) {
     const Classification target_class = kernels_[target].what;
     const ContextOp* entry =
         kernels_[target].context[static_cast<size_t>(target_class.context_index)];
@@ -369,29 +392,25 @@ class FusionFinder {
       context.push_back(entry);
       kernels_[k].what = target_class;
       kernels_[k].what.context_index = static_cast<int>(context.size()) - 1;
-      kernels_[k].what.rule = name.starts_with("cast") ? "attached-cast" : "attached-residual-add";
+      kernels_[k].what.rule = std::string(rule);
       kernels_[k].what.reason = note;
     }
-    Fusion& fusion = result_.fusions[entry];
+    Fusion& fusion = result_[entry];
     fusion.name = std::move(name);
     fusion.extra_elements += extra_elements;
     fusion.dtype_from_range = fusion.dtype_from_range || dtype_from_range;
     if (std::find(fusion.notes.begin(), fusion.notes.end(), note) == fusion.notes.end())
       fusion.notes.push_back(std::move(note));
-    ++result_.attached_calls;
   }
 
-  void attach(size_t n) {
-    const Node& node = tree_.nodes()[n];
-    if (!node.entry->identifies_call || !module_class(node.entry->name).empty()) return;
-    // Only calls a module's forward made itself: the ops inside them are part of them.
-    if (node.depth > 0) {
-      const std::string parent_label = module_class(
-          kernels_[node.kernels.front()].context[static_cast<size_t>(node.depth) - 1]->name);
-      if (parent_label.empty()) return;
-    }
+  void attach(const Node& node) {
+    if (!node.entry->identifies_call || CallTree::is_module(node)) return;
+    // Only calls a module's forward (or the top level) made itself: the ops inside an op are
+    // part of it.
+    const Node& parent = tree_.nodes()[node.parent];
+    if (parent.entry && !CallTree::is_module(parent)) return;
     if (!all_other(node)) return;
-    const std::string label = tree_.label(n);
+    const std::string& label = node.label;
     const Dims& x = input(*node.entry, 0);
     if (label == "add" && x.size() >= 2 && input(*node.entry, 1) == x) {
       const auto target = following_op_kernel(node, 0);
@@ -399,7 +418,8 @@ class FusionFinder {
       const Classification& c = kernels_[*target].what;
       const ContextOp& norm = *kernels_[*target].context[static_cast<size_t>(c.context_index)];
       if ((c.op != "rmsnorm" && c.op != "layernorm") || input(norm, 0) != x) return;
-      join(node, *target, fmt::format("residual_add+{}", c.op), 2 * elements(x), false,
+      join(node, *target, "attached-residual-add", fmt::format("residual_add+{}", c.op),
+           2 * elements(x), false,
            "a residual add whose sum the norm reads: fused, it reads the residual and writes the "
            "sum once more");
       return;
@@ -411,7 +431,7 @@ class FusionFinder {
       const Classification& c = kernels_[*target].what;
       const ContextOp& consumer = *kernels_[*target].context[static_cast<size_t>(c.context_index)];
       if (elements(input(consumer, 0)) != elements(x)) return;
-      join(node, *target, fmt::format("cast+{}", c.op), 0, true,
+      join(node, *target, "attached-cast", fmt::format("cast+{}", c.op), 0, true,
            fmt::format("a {} of its input just before it: fused, the op reads the tensor as the "
                        "model made it",
                        label));
@@ -422,7 +442,7 @@ class FusionFinder {
   std::deque<ContextOp>& synthetic_;
   CallTree tree_;
   std::vector<size_t> next_;  // the next kernel on the same process and stream
-  FusionResult result_;
+  Fusions result_;
 };
 
 }  // namespace
@@ -431,8 +451,8 @@ std::span<const OpPattern> op_patterns() {
   return kPatterns;
 }
 
-FusionResult find_fusions(const Profile& profile, const std::vector<size_t>& order,
-                          std::vector<KernelFacts>& kernels, std::deque<ContextOp>& synthetic) {
+Fusions find_fusions(const Profile& profile, const std::vector<size_t>& order,
+                     std::vector<KernelFacts>& kernels, std::deque<ContextOp>& synthetic) {
   return FusionFinder(profile, order, kernels, synthetic).run();
 }
 

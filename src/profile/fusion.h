@@ -53,6 +53,9 @@ struct OpPattern {
   std::string_view op;     // a kforge op, or "other" with a named group
   std::string_view group;  // the named group for op "other"
   std::string_view why;
+  // The matched calls' inputs as the dims (and types) map_problem or named_group_call reads for
+  // the op or group; nullopt when they do not fit it (the match is then not taken).
+  std::optional<ContextOp> (*read_inputs)(std::span<const ContextOp* const> calls);
 };
 std::span<const OpPattern> op_patterns();
 
@@ -64,17 +67,13 @@ struct Fusion {
   std::vector<std::string> notes;
 };
 
-struct FusionResult {
-  std::unordered_map<const ContextOp*, Fusion> fusions;
-  int64_t pattern_calls = 0;   // calls formed by op patterns and module structure
-  int64_t attached_calls = 0;  // calls attached to a neighbour
-};
+using Fusions = std::unordered_map<const ContextOp*, Fusion>;
 
 // Regroups `kernels` (indexed like profile.kernels; `order` lists them per process and stream
 // in start order). Entries made for pattern calls are kept in `synthetic`, which must outlive
 // the facts.
-FusionResult find_fusions(const Profile& profile, const std::vector<size_t>& order,
-                          std::vector<KernelFacts>& kernels, std::deque<ContextOp>& synthetic);
+Fusions find_fusions(const Profile& profile, const std::vector<size_t>& order,
+                     std::vector<KernelFacts>& kernels, std::deque<ContextOp>& synthetic);
 
 // One call of a named group, from its deciding entry.
 struct NamedGroupCall {

@@ -9,14 +9,12 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "profile/torch_hooks.h"
 
 extern char** environ;
 
@@ -89,15 +87,6 @@ std::vector<std::pair<std::string, std::string>> injection_environment(
     added.emplace_back("KFORGE_TORCH_HOOKS", "1");
   }
   return added;
-}
-
-void write_torch_hooks(const fs::path& directory) {
-  fs::create_directories(directory);
-  const fs::path file = directory / "sitecustomize.py";
-  std::ofstream out(file, std::ios::binary);
-  const std::string_view text = torch_hooks_source();
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!out.flush()) throw Error(fmt::format("cannot write {}", file.string()));
 }
 
 ExitStatus run_injected(const std::vector<std::string>& command, const InjectionPaths& paths,

@@ -145,7 +145,7 @@ bool dtype_is_own(const PendingCall& pc) {
 // around it add; the dtype from the op's input types, else the kernels' names, else the default
 // (resolve_dtypes_from_ranges may replace that).
 PendingCall resolve_call(const Call& call, const std::vector<KernelFacts>& facts,
-                         const FusionResult& fusions, DType default_dtype) {
+                         const Fusions& fusions, DType default_dtype) {
   PendingCall pc;
   pc.call = &call;
   pc.why_not = "the kernel name alone gives no shape";
@@ -153,7 +153,7 @@ PendingCall resolve_call(const Call& call, const std::vector<KernelFacts>& facts
   const ContextOp* deciding =
       call.from_context ? first.context[static_cast<size_t>(first.what.context_index)] : nullptr;
   if (deciding) {
-    if (const auto found = fusions.fusions.find(deciding); found != fusions.fusions.end())
+    if (const auto found = fusions.find(deciding); found != fusions.end())
       pc.fusion = &found->second;
   }
   ShapeHints hints;
@@ -338,7 +338,7 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
   // Composite ops and fusion groups among the calls (fusion.h).
   const std::vector<size_t> order = launch_order(profile);
   std::deque<ContextOp> synthetic;
-  const FusionResult fusions = find_fusions(profile, order, facts, synthetic);
+  const Fusions fusions = find_fusions(profile, order, facts, synthetic);
 
   // Calls -> problems -> groups.
   std::map<std::string, PlanGroup> groups;
@@ -432,7 +432,7 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
     for (const auto& [key, g] : groups) {
       if (!g.sizes || g.calls == 0 || g.time_ns <= 0) continue;
       if ((g.op != "matmul" && g.op != "fused_mlp") || *g.dtype == DType::f32) continue;
-      const Cost cost = find_op(g.op)->cost(*g.sizes, *g.dtype);
+      const Cost cost = *g.cost();
       const bool compute_bound =
           cost.flops / (*options.matmul_tflops * 1e12) > cost.bytes / (options.copy_gbps * 1e9);
       const double achieved = cost.flops * static_cast<double>(g.calls) /

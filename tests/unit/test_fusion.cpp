@@ -36,6 +36,19 @@ class ProfileBuilder {
     add_kernel(kernel, us);
     return close();
   }
+  // An RMSNorm written out on x (dims text "[4, 256, 512]"), with `rows` its row dims and the
+  // weight [D]; HF's float32 casts around it when `casts`.
+  ProfileBuilder& rmsnorm_chain(const std::string& x, const std::string& rows,
+                                const std::string& weight, bool casts) {
+    if (casts) op("to", fmt::format("[{}, [], [], [], []]", x), 5);
+    op("pow", fmt::format("[{}, []]", x), 5)
+        .op("mean", fmt::format("[{}, [], [], []]", x), 5)
+        .op("add", fmt::format("[{}, [], []]", rows), 1)
+        .op("rsqrt", fmt::format("[{}]", rows), 1)
+        .op("mul", fmt::format("[{}, {}]", x, rows), 5);
+    if (casts) op("to", fmt::format("[{}, [], [], [], []]", x), 5);
+    return op("mul", fmt::format("[{}, {}]", weight, x), 5);
+  }
   ProfileBuilder& add_kernel(const std::string& name, int64_t us) {
     KernelRecord k;
     k.name = k.demangled = name;
@@ -95,14 +108,7 @@ TEST(Fusion, RotateHalfAndInterleavedRopeInAnAttentionForward) {
 TEST(Fusion, RmsNormChainEagerAttentionAndLossOutsideModules) {
   ProfileBuilder b;
   b.open("module::Block, sizes = [[4, 256, 512]], types = [c10::BFloat16]");
-  b.op("to", "[[4, 256, 512], [], [], [], []]", 5)
-      .op("pow", "[[4, 256, 512], []]", 5)
-      .op("mean", "[[4, 256, 512], [], [], []]", 5)
-      .op("add", "[[4, 256, 1], [], []]", 1)
-      .op("rsqrt", "[[4, 256, 1]]", 1)
-      .op("mul", "[[4, 256, 512], [4, 256, 1]]", 5)
-      .op("to", "[[4, 256, 512], [], [], [], []]", 5)
-      .op("mul", "[[512], [4, 256, 512]]", 5);
+  b.rmsnorm_chain("[4, 256, 512]", "[4, 256, 1]", "[512]", true);
   b.op("matmul", "[[4, 8, 256, 64], [4, 8, 64, 256]]", 20, "gemm_kernel")
       .op("div", "[[4, 8, 256, 256], []]", 8)
       .op("softmax", "[[4, 8, 256, 256], [], []]", 10, "softmax_warp_forward")
@@ -169,12 +175,7 @@ TEST(Fusion, NothingRegroupedInsideAnEnclosingOpOrWithoutCallIdentities) {
   // An RMSNorm module owns its chain: no pattern takes it.
   ProfileBuilder b;
   b.open("module::RMSNorm, sizes = [[1024, 512], [512]]");
-  b.op("pow", "[[1024, 512], []]", 5)
-      .op("mean", "[[1024, 512], [], [], []]", 5)
-      .op("add", "[[1024, 1], [], []]", 1)
-      .op("rsqrt", "[[1024, 1]]", 1)
-      .op("mul", "[[1024, 512], [1024, 1]]", 5)
-      .op("mul", "[[512], [1024, 512]]", 5);
+  b.rmsnorm_chain("[1024, 512]", "[1024, 1]", "[512]", false);
   Profile profile = b.close().build();
   Plan plan = make_plan(profile, h100());
   EXPECT_EQ(row(plan, "rmsnorm", "1024x512").rules.count("module-rmsnorm"), 1u);
