@@ -2,11 +2,11 @@
  * op: layernorm
  * backend: cuda
  * dtypes: f16, bf16, f32
- * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
+ * param: BLOCK_THREADS = 128 in {64, 128, 256, 512, 1024}
  * param: VEC = 4 in {1, 2, 4, 8}
  * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32}
- * param: ROW_PACKS = 0 in {0, 1, 2, 4, 5, 8, 10, 16}
- * param: MIN_BLOCKS = 1 in {1, 2, 4, 6, 8}
+ * param: ROW_PACKS = 8 in {0, 1, 2, 4, 5, 8, 10, 16}
+ * param: MIN_BLOCKS = 8 in {1, 2, 4, 6, 8}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
@@ -16,8 +16,8 @@
  * # MIN_BLOCKS bounds the single-read kernel only.
  * require: ROW_PACKS > 0 || MIN_BLOCKS == 1
  * # With a known dim, keep only the smallest ROW_PACKS whose registers hold the row.
- * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= dim
- * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < dim
+ * prune: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= dim
+ * prune: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < dim
  * threads: BLOCK_THREADS
  */
 // LayerNorm with one group of whole warps per row; mean and variance by Chan's parallel

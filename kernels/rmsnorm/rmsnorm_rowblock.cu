@@ -10,7 +10,7 @@
  * param: CACHE_HINTS = 0 in {0, 1}
  * param: EARLY_WEIGHT = 0 in {0, 1}
  * param: MIN_BLOCKS = 1 in {1, 2, 4, 6, 8}
- * param: L2_KEEP_ROW = 0 in {0, 1}
+ * param: L2_KEEP_ROW = 1 in {0, 1}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
@@ -20,8 +20,8 @@
  * require: ROW_PACKS > 0 || EARLY_WEIGHT == 0
  * require: ROW_PACKS == 0 || L2_KEEP_ROW == 0
  * # With a known N, keep only the smallest ROW_PACKS whose registers hold the row.
- * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= N
- * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < N
+ * prune: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= N
+ * prune: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < N
  * threads: BLOCK_THREADS
  */
 // RMSNorm with one group of whole warps per row: y = x * rsqrt(mean(x^2) + eps) * weight.

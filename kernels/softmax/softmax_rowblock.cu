@@ -18,8 +18,8 @@
  * require: BLOCK_THREADS * MIN_BLOCKS <= max_threads_per_sm
  * require: ROW_PACKS == 0 || UNROLL == 1
  * # With known cols, keep only the smallest ROW_PACKS whose registers hold the row.
- * require: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= cols
- * require: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < cols
+ * prune: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= cols
+ * prune: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < cols
  * threads: BLOCK_THREADS
  */
 // Softmax over the last dim with one group of threads per row: y = exp(x - max) / sum.

@@ -121,8 +121,17 @@ int cmd_build(const BuildFlags& flags, const DeviceFlags& device,
   WorkerClient worker({pick_backend(device, nullptr), device.device});
   Compiler compiler;
   Checker checker(compiler, worker);
-  for (auto& job : jobs)
+  // A device without a table is said once per op, with what to do about it; every module of it
+  // carries `untuned_device`, so no caller takes its time for the library's.
+  nlohmann::json offers = nlohmann::json::object();
+  for (auto& job : jobs) {
     job.choice = library_choice(*job.op, job.sizes, dtype, worker.device());
+    const std::string name(job.op->name());
+    if (job.choice.untuned_device() && !offers.contains(name)) {
+      offers[name] = untuned_offer(*job.op, dtype, worker.device(), job.choice);
+      progress_line(offers[name].get<std::string>());
+    }
+  }
 
   const std::string arch = flags.arch.empty() ? worker.device().default_arch() : flags.arch;
   // One after another: repeated variants (the same defaults at several sizes) come from the
@@ -158,8 +167,10 @@ int cmd_build(const BuildFlags& flags, const DeviceFlags& device,
                    ? job.choice.describe()
                    : fmt::format("{}: {}", verdict_name(job.verdict), job.result.log));
   }
-  nlohmann::json j = {
-      {"device", worker.device()}, {"run", run_metadata(argv)}, {"modules", modules}};
+  nlohmann::json j = {{"device", worker.device()},
+                      {"run", run_metadata(argv)},
+                      {"modules", modules},
+                      {"untuned_offers", offers}};
   write_json(j, flags.json_path);
   return all_ok ? 0 : 1;
 }

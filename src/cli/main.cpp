@@ -32,6 +32,7 @@
 #include "cli/import_command.h"
 #include "cli/plan_command.h"
 #include "cli/profile_command.h"
+#include "cli/table_check.h"
 #include "cli/tune_command.h"
 #include "compile/compiler.h"
 #include "core/error.h"
@@ -123,74 +124,15 @@ struct CheckFlags {
   std::string table;
 };
 
-// `kforge check --table T --dtype D...`: the five stages in each dtype D for every distinct
-// variant of a tuned table, each result recorded in the table's rows (the library lets a dtype
-// borrow a row only once it has passed there).
 int cmd_check_table(const CheckFlags& flags, const DeviceFlags& device) {
   if (flags.dtypes.empty()) throw UsageError("--table needs the dtypes to check (--dtype D)");
-  const std::filesystem::path table_path = flags.table;
-  const nlohmann::json table = read_tuned_table(table_path);
-  const std::string op = table.value("op", std::string());
-  const nlohmann::json rows = table.at("sizes");
-  // Distinct (file, params) pairs, in table order.
-  std::vector<std::pair<std::string, nlohmann::json>> variants;
-  for (const auto& row : rows) {
-    if (!row.contains("file") || row.at("file").is_null()) continue;
-    std::pair<std::string, nlohmann::json> v{row.at("file").get<std::string>(),
-                                             row.value("params", nlohmann::json::object())};
-    if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
-  }
-  const std::vector<KernelFile> files = library_files(op, pick_backend(device, nullptr));
-  int failed = 0;
-  std::vector<std::string> lines;
-  for (size_t i = 0; i < variants.size(); ++i) {
-    const auto& [name, params_json] = variants[i];
-    const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
-      return f.path.filename().string() == name;
-    });
-    if (file == files.end())
-      throw UsageError(fmt::format("{}: no library file {}", flags.table, name));
-    KernelSession session(file->path.string(), device, flags.keep);
-    std::vector<std::string> params;
-    for (const auto& [param, value] : params_json.items())
-      params.push_back(fmt::format("{}={}", param, value.get<long long>()));
-    for (const DType dtype : parse_dtypes(flags.dtypes)) {
-      // A variant checked in this dtype before (every row of it) is not checked again.
-      const bool checked_before = std::all_of(rows.begin(), rows.end(), [&](const auto& row) {
-        return row.value("file", nlohmann::json()) != name ||
-               row.value("params", nlohmann::json::object()) != params_json ||
-               (row.contains("checks") && row.at("checks").contains(dtype_name(dtype)));
-      });
-      if (checked_before) {
-        lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", "-", dtype_name(dtype),
-                                    name, params_json.dump()));
-        continue;
-      }
-      CheckOptions options;
-      options.seed = flags.seed;
-      options.dtypes = {dtype};
-      options.params = parse_params(params);
-      options.arch = flags.arch;
-      options.timeout =
-          std::chrono::milliseconds(static_cast<long long>(flags.timeout_seconds * 1000));
-      progress_line(fmt::format("[{}/{}] {} {} {}", i + 1, variants.size(), name,
-                                params_json.dump(), dtype_name(dtype)));
-      const CheckReport report = session.checker.check(session.file, options, [](auto&&) {});
-      const std::string result =
-          report.passed()
-              ? "PASS (five stages)"
-              : fmt::format("FAIL ({}): {}", verdict_name(report.verdict), report.detail);
-      if (!report.passed()) ++failed;
-      const int updated =
-          record_table_check(table_path, name, params_json, dtype, result, report.seed);
-      lines.push_back(fmt::format("{:<5} {:<4} {} {}  ({} rows)", report.passed() ? "PASS" : "FAIL",
-                                  dtype_name(dtype), name, params_json.dump(), updated));
-    }
-  }
-  fmt::print("\n{} ({} variants):\n", flags.table, variants.size());
-  for (const auto& line : lines)
-    fmt::print("  {}\n", line);
-  return failed == 0 ? 0 : 1;
+  TableCheckOptions options;
+  options.seed = flags.seed;
+  options.arch = flags.arch;
+  options.timeout_seconds = flags.timeout_seconds;
+  options.keep = flags.keep;
+  return check_table_variants(flags.table, parse_dtypes(flags.dtypes), device, options) == 0 ? 0
+                                                                                             : 1;
 }
 
 int cmd_check(const CheckFlags& flags, const DeviceFlags& device,
@@ -250,6 +192,7 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
     choice = library_choice(*named, sizes, dtype, info);
     path = choice->file.string();
     progress_line(fmt::format("library: {} {}", path, choice->describe()));
+    if (choice->untuned_device()) progress_line(untuned_offer(*named, dtype, info, *choice));
   }
   KernelSession session(path, device, flags.keep);
   const KernelFile& file = session.file;
@@ -278,6 +221,10 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   fmt::print("\n{:<9} {} {} {}  [{}]\n", "problem", op->name(), op->format_shape(r.sizes),
              dtype_name(r.dtype), r.build.variant.params_text());
   fmt::print("{:<9} {}\n", "device", device_line(d));
+  if (choice) {
+    fmt::print("{:<9} {}{}\n", "library", choice->describe(),
+               choice->untuned_device() ? ": this time is not the library's tuned kernel's" : "");
+  }
   fmt::print("{:<9} {}\n", "build", r.build.resources.summary());
   if (r.verdict != Verdict::ok) {
     fmt::print("{:<9} {} - not timed: {}\n", "verdict", verdict_name(r.verdict), r.detail);
@@ -324,7 +271,10 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   j["ceilings"] = ceilings.raw.at("ceilings");
   session.describe_run(j, argv);
   if (!r.build.module.empty()) j["module"] = r.build.module.string();
-  if (choice) j["library"] = choice->to_json();
+  if (choice) {
+    j["library"] = choice->to_json();
+    if (choice->untuned_device()) j["untuned_offer"] = untuned_offer(*op, dtype, d, *choice);
+  }
   write_json(j, flags.json_path);
   return r.verdict == Verdict::ok ? 0 : 1;
 }

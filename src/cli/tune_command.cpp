@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -10,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli/table_check.h"
 #include "core/error.h"
 #include "core/run_info.h"
 #include "device/ceilings.h"
@@ -262,7 +265,8 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   auto* tune = app.add_subcommand(
       "tune", "Search a kernel file's parameters for the fastest correct variant at a problem");
   tune->add_option("target", flags.target,
-                   "An op (tunes its library kernel files) or a kernel file");
+                   "An op (tunes its library kernel files), ops joined by commas, 'all' (every op "
+                   "with library files), or a kernel file");
   tune->add_option("--also", flags.also,
                    "Another kernel file of the same op to search together with the target "
                    "(repeatable): e.g. a candidate against the library's files");
@@ -308,9 +312,118 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   tune->add_option("--table", flags.table_path,
                    "With --sizes all or --update-table: the size -> variant table (default: the "
                    "library's, kernels/OP/tuned/DTYPE-DEVICE.json, which kforge then runs)");
+  tune->add_option("--adopt", flags.adopt,
+                   "DEVICE or TABLE: evaluate only that table's variant for each size (checked "
+                   "and timed here against the defaults) and write this device's table from it");
+  tune->add_flag("--no-starts", flags.no_starts,
+                 "Start from the files' defaults, not from the rows of this device's table and "
+                 "of same-architecture devices' tables");
+  tune->add_option("--check-dtypes", flags.check_dtypes,
+                   "With --sizes all: check the written table's variants in these dtypes too "
+                   "(five stages each), so that they may borrow it");
   add_device_flags(tune, device);
   return tune;
 }
+
+namespace {
+
+// The ops a target names: one op, ops joined by commas, or "all" (every op with library files
+// for the backend). Empty when the target is not an op name at all.
+std::vector<const OpSpec*> target_ops(const std::string& target) {
+  std::vector<const OpSpec*> ops;
+  if (target == "all") return all_ops();
+  size_t begin = 0;
+  while (begin <= target.size()) {
+    const size_t end = std::min(target.find(',', begin), target.size());
+    const std::string name = target.substr(begin, end - begin);
+    const OpSpec* op = find_op(name);
+    if (!op) return {};
+    ops.push_back(op);
+    begin = end + 1;
+  }
+  return ops;
+}
+
+// The table `--adopt` names: a table file, or the library's table of a device key in `dtype`
+// (or the dtype of the same width).
+fs::path adopted_table_path(const std::string& adopt, const OpSpec& op, DType dtype) {
+  if (fs::is_regular_file(adopt)) return adopt;
+  const std::string name(op.name());
+  fs::path path = tuned_table_path(name, dtype, adopt);
+  if (!fs::exists(path)) {
+    for (const DType other : {DType::bf16, DType::f16}) {
+      if (other != dtype && dtype_size(other) == dtype_size(dtype) &&
+          fs::exists(tuned_table_path(name, other, adopt))) {
+        path = tuned_table_path(name, other, adopt);
+      }
+    }
+  }
+  if (!fs::exists(path)) {
+    throw UsageError(fmt::format("--adopt {}: no such table file, and no {} table for {} at {}",
+                                 adopt, dtype_name(dtype), name, path.string()));
+  }
+  return path;
+}
+
+// Where a tune of `op` starts: with --adopt, the adopted table's nearest row alone; otherwise
+// the nearest rows of this device's own table and of the tables of devices with the same
+// architecture (a re-tune climbs from the current row; a new device from its sibling's).
+std::vector<TuneStart> tune_starts(const TuneFlags& flags, const OpSpec& op, DType dtype,
+                                   const Sizes& sizes, const DeviceInfo* device) {
+  std::vector<std::pair<fs::path, std::string>> tables;  // path, what to call it
+  if (!flags.adopt.empty()) {
+    const fs::path path = adopted_table_path(flags.adopt, op, dtype);
+    tables.emplace_back(path, fmt::format("the {} table", read_tuned_table(path).value(
+                                                              "device", path.filename().string())));
+  } else if (!flags.no_starts && device) {
+    const std::string name(op.name());
+    if (const fs::path own = tuned_table_path(name, dtype, device_key(*device)); fs::exists(own))
+      tables.emplace_back(own, "this device's table");
+    for (const auto& t : same_architecture_tables(name, dtype, *device))
+      tables.emplace_back(t.path, fmt::format("the {} table", t.device));
+  }
+  std::vector<TuneStart> starts;
+  for (const auto& [path, label] : tables) {
+    const nlohmann::json table = read_tuned_table(path);
+    const nlohmann::json* row = nearest_table_row(table, sizes);
+    if (!row) continue;
+    TuneStart s;
+    s.file = row->at("file").get<std::string>();
+    const nlohmann::json params = row->value("params", nlohmann::json::object());
+    for (const auto& [name, value] : params.items())
+      s.tunables[name] = value.get<long long>();
+    s.origin = fmt::format("row {} of {}", row->value("shape", "?"), label);
+    starts.push_back(std::move(s));
+  }
+  return starts;
+}
+
+// Progress across a tune of several ops and sizes: how far, and about how long is left at the
+// pace of the sizes done so far.
+class SweepProgress {
+ public:
+  explicit SweepProgress(size_t total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+
+  std::string begin(const std::string& what) const {
+    return fmt::format("[{}/{}] {}{}", done_ + 1, total_, what, eta());
+  }
+  void finish_one() { ++done_; }
+
+ private:
+  std::string eta() const {
+    if (done_ == 0 || total_ <= 1) return "";
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double left = elapsed / static_cast<double>(done_) * static_cast<double>(total_ - done_);
+    return fmt::format("  ({:.1f} min so far, about {:.1f} min left)", elapsed / 60, left / 60);
+  }
+
+  size_t total_;
+  size_t done_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
 
 int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
              const std::vector<std::string>& argv) {
@@ -318,26 +431,38 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
   const bool all_sizes = flags.sizes == "all";
   ResultsDb db(flags.db.empty() ? default_results_db() : fs::path(flags.db));
 
-  // The target: one kernel file, or an op whose library files are all tuned together.
+  // The target: one kernel file, or ops whose library files are each tuned together.
   std::optional<KernelFile> single;
   if (fs::is_regular_file(flags.target)) single = KernelFile::load(flags.target);
-  const OpSpec* op_found = single ? &KernelSession::op_of(*single) : find_op(flags.target);
-  if (!op_found) {
-    throw UsageError(fmt::format("'{}' is neither a kernel file nor an op (known ops: {})",
-                                 flags.target, op_names()));
+  const std::vector<const OpSpec*> ops =
+      single ? std::vector<const OpSpec*>{&KernelSession::op_of(*single)}
+             : target_ops(flags.target);
+  if (ops.empty()) {
+    throw UsageError(fmt::format(
+        "'{}' is neither a kernel file, an op, ops joined by commas nor 'all' (known ops: {})",
+        flags.target, op_names()));
   }
-  const OpSpec& op = *op_found;
+  if (ops.size() > 1) {
+    for (const auto& [set, what] :
+         std::vector<std::pair<bool, const char*>>{{!flags.shape.empty(), "--shape"},
+                                                   {!flags.also.empty(), "--also"},
+                                                   {!flags.table_path.empty(), "--table"},
+                                                   {flags.update_table, "--update-table"},
+                                                   {flags.replay, "--replay"},
+                                                   {!flags.fixed.empty(), "--fix"}}) {
+      if (set)
+        throw UsageError(
+            fmt::format("{} applies to one op; '{}' names several", what, flags.target));
+    }
+  }
+  if (!flags.check_dtypes.empty() && !all_sizes)
+    throw UsageError("--check-dtypes checks the table that --sizes all writes");
+  if (!flags.adopt.empty() && flags.strategy != "local" && flags.strategy != "given")
+    throw UsageError("--adopt evaluates the adopted rows only: it takes no --strategy");
   const DType dtype = parse_dtypes({flags.dtype}).front();
-  std::vector<Sizes> problems;
-  if (all_sizes) {
-    for (const auto& s : op.bench_sizes())
-      problems.push_back(s.sizes);
-  } else {
-    problems.push_back(flags.shape.empty() ? op.default_size() : op.parse_shape(flags.shape));
-  }
 
   TuneOptions options;
-  options.strategy = flags.strategy;
+  options.strategy = flags.adopt.empty() ? flags.strategy : "given";
   options.seed = flags.seed;
   parse_budget(flags.budget, options);
   options.max_seconds = flags.max_seconds;
@@ -355,7 +480,11 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
   // The backend: the kernel file's, the recorded device's for a replay, or the flags'.
   std::string backend = single ? std::string(backend_name(single->backend)) : "";
   if (flags.replay) {
-    const TuneProblem first{&op, problems.front(), dtype};
+    const Sizes first_sizes = all_sizes
+                                  ? ops.front()->bench_sizes().front().sizes
+                                  : (flags.shape.empty() ? ops.front()->default_size()
+                                                         : ops.front()->parse_shape(flags.shape));
+    const TuneProblem first{ops.front(), first_sizes, dtype};
     replay_device = flags.replay_device;
     if (replay_device.empty()) {
       const auto devices = db.devices_for(first.key());
@@ -375,91 +504,148 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
     ceilings = device_ceilings(*worker, default_cache_dir(), false, progress_line);
     options.ceilings = &*ceilings;
   }
-  std::vector<KernelFile> files;
-  if (single) {
-    files.push_back(std::move(*single));
-  } else {
-    files = library_files(flags.target, backend);
-  }
-  for (const auto& path : flags.also) {
-    KernelFile extra = KernelFile::load(path);
-    if (extra.op != op.name() || backend_name(extra.backend) != backend) {
-      throw UsageError(fmt::format("--also {}: a {} kernel file for {}, not a {} one for {}", path,
-                                   backend_name(extra.backend), extra.op, backend, op.name()));
+
+  // Each op's files and problems; "all" skips ops without library files for this backend.
+  struct OpTune {
+    const OpSpec* op;
+    std::vector<KernelFile> files;
+    std::vector<Sizes> problems;
+  };
+  std::vector<OpTune> tunes;
+  size_t total_problems = 0;
+  for (const OpSpec* op : ops) {
+    OpTune t{op, {}, {}};
+    if (single) {
+      t.files.push_back(std::move(*single));
+    } else if (flags.target == "all") {
+      try {
+        t.files = library_files(std::string(op->name()), backend);
+      } catch (const UsageError&) {
+        continue;
+      }
+    } else {
+      t.files = library_files(std::string(op->name()), backend);
     }
-    files.push_back(std::move(extra));
+    for (const auto& path : flags.also) {
+      KernelFile extra = KernelFile::load(path);
+      if (extra.op != op->name() || backend_name(extra.backend) != backend) {
+        throw UsageError(fmt::format("--also {}: a {} kernel file for {}, not a {} one for {}",
+                                     path, backend_name(extra.backend), extra.op, backend,
+                                     op->name()));
+      }
+      t.files.push_back(std::move(extra));
+    }
+    fix_params(t.files, parse_params(flags.fixed));
+    if (all_sizes) {
+      for (const auto& s : op->bench_sizes())
+        t.problems.push_back(s.sizes);
+    } else {
+      t.problems.push_back(flags.shape.empty() ? op->default_size() : op->parse_shape(flags.shape));
+    }
+    total_problems += t.problems.size();
+    tunes.push_back(std::move(t));
   }
-  fix_params(files, parse_params(flags.fixed));
-  std::vector<const KernelFile*> file_ptrs;
-  for (const auto& f : files)
-    file_ptrs.push_back(&f);
 
   Tuner tuner(db, compiler.get(), checker.get(), worker.get());
   nlohmann::json reports = nlohmann::json::array();
-  nlohmann::json table = nlohmann::json::array();
   bool all_found = true;
-  for (const Sizes& sizes : problems) {
-    const TuneProblem problem{&op, sizes, dtype};
-    progress_line(fmt::format("tuning {} over {} file(s), strategy {}", problem.key(), files.size(),
-                              flags.strategy));
-    TuneReport report;
-    {
-      ProgressBar bar;
-      const auto on_progress = [&](const TuneProgress& p) { bar.update(p); };
-      report = flags.replay ? tuner.replay(file_ptrs, problem, replay_device, options, on_progress)
-                            : tuner.tune(file_ptrs, problem, options, on_progress,
-                                         [&](const std::string& s) {
-                                           bar.finish();
-                                           progress_line(s);
-                                         });
-    }
-    print_report(report, files, op, ceilings, flags.top);
-    nlohmann::json j = report.to_json(flags.top);
-    j["files"] = nlohmann::json::array();
-    for (const auto& f : files)
-      j["files"].push_back(f.path.string());
-    if (worker) j["device_info"] = worker->device();
-    if (ceilings) j["ceilings"] = ceilings->raw.at("ceilings");
-    j["run"] = run_metadata(argv);
-    reports.push_back(j);
-    if (report.best) {
-      const auto& b = report.evaluations[*report.best].record;
-      const KernelFile* f = file_of(files, b.file);
-      table.push_back({{"shape", op.format_shape(sizes)},
-                       {"sizes", sizes},
-                       {"file", f->path.filename().string()},
-                       {"params", tunables_of(*f, b.params)},
-                       {"variant_key", b.variant_key},
-                       {"time_us", b.stats.median * 1e3},
-                       {"final_check", report.final_check},
-                       {"git_sha", git_state().sha},
-                       {"recorded_at", utc_timestamp()}});
-    } else {
-      all_found = false;
-      table.push_back({{"shape", op.format_shape(sizes)}, {"sizes", sizes}, {"file", nullptr}});
-    }
-  }
-
-  if (all_sizes || flags.update_table) {
-    const std::string device_name = flags.replay ? replay_device : device_key(worker->device());
-    const fs::path path = flags.table_path.empty()
-                              ? tuned_table_path(std::string(op.name()), dtype, device_name)
-                              : fs::path(flags.table_path);
-    table = write_tuned_table(path, op, dtype, device_name, flags.strategy, table, !all_sizes);
-    fmt::print("\n{:<22} {:>10}  {}\n", "size", "median us", "variant");
-    for (const auto& row : table) {
-      if (row.at("file").is_null()) {
-        fmt::print("{:<22} {:>10}  none passed\n", row.at("shape").get<std::string>(), "-");
-        continue;
+  int failed_checks = 0;
+  SweepProgress sweep(total_problems);
+  for (OpTune& t : tunes) {
+    const OpSpec& op = *t.op;
+    std::vector<const KernelFile*> file_ptrs;
+    for (const auto& f : t.files)
+      file_ptrs.push_back(&f);
+    nlohmann::json table = nlohmann::json::array();
+    const std::string adopted_device =
+        flags.adopt.empty()
+            ? std::string()
+            : read_tuned_table(adopted_table_path(flags.adopt, op, dtype)).value("device", "?");
+    for (const Sizes& sizes : t.problems) {
+      const TuneProblem problem{&op, sizes, dtype};
+      TuneOptions problem_options = options;
+      problem_options.starts =
+          tune_starts(flags, op, dtype, sizes, worker ? &worker->device() : nullptr);
+      progress_line(sweep.begin(fmt::format(
+          "tuning {} over {} file(s), strategy {}{}", problem.key(), t.files.size(),
+          problem_options.strategy,
+          problem_options.starts.empty()
+              ? std::string()
+              : fmt::format(", {} start(s) from tables", problem_options.starts.size()))));
+      TuneReport report;
+      {
+        ProgressBar bar;
+        const auto on_progress = [&](const TuneProgress& p) { bar.update(p); };
+        report = flags.replay
+                     ? tuner.replay(file_ptrs, problem, replay_device, problem_options, on_progress)
+                     : tuner.tune(file_ptrs, problem, problem_options, on_progress,
+                                  [&](const std::string& s) {
+                                    bar.finish();
+                                    progress_line(s);
+                                  });
       }
-      fmt::print("{:<22} {:>10.2f}  {} {}\n", row.at("shape").get<std::string>(),
-                 row.at("time_us").get<double>(), row.at("file").get<std::string>(),
-                 row.at("params").dump());
+      sweep.finish_one();
+      print_report(report, t.files, op, ceilings, flags.top);
+      for (const auto& used : report.starts_used)
+        fmt::print("start      {}\n", used);
+      for (const auto& skipped : report.starts_skipped)
+        fmt::print("start      skipped: {}\n", skipped);
+      nlohmann::json j = report.to_json(flags.top);
+      j["files"] = nlohmann::json::array();
+      for (const auto& f : t.files)
+        j["files"].push_back(f.path.string());
+      if (worker) j["device_info"] = worker->device();
+      if (ceilings) j["ceilings"] = ceilings->raw.at("ceilings");
+      j["run"] = run_metadata(argv);
+      reports.push_back(j);
+      if (report.best) {
+        const auto& b = report.evaluations[*report.best].record;
+        const KernelFile* f = file_of(t.files, b.file);
+        table.push_back({{"shape", op.format_shape(sizes)},
+                         {"sizes", sizes},
+                         {"file", f->path.filename().string()},
+                         {"params", tunables_of(*f, b.params)},
+                         {"variant_key", b.variant_key},
+                         {"time_us", b.stats.median * 1e3},
+                         {"final_check", report.final_check},
+                         {"tune_seconds", report.wall_seconds},
+                         {"evaluations", report.evaluations.size()},
+                         {"git_sha", git_state().sha},
+                         {"recorded_at", utc_timestamp()}});
+        if (!flags.adopt.empty()) table.back()["adopted_from"] = adopted_device;
+      } else {
+        all_found = false;
+        table.push_back({{"shape", op.format_shape(sizes)}, {"sizes", sizes}, {"file", nullptr}});
+      }
     }
-    fmt::print("size -> variant table written to {}\n", path.string());
+
+    if (all_sizes || flags.update_table) {
+      const std::string device_name = flags.replay ? replay_device : device_key(worker->device());
+      const fs::path path = flags.table_path.empty()
+                                ? tuned_table_path(std::string(op.name()), dtype, device_name)
+                                : fs::path(flags.table_path);
+      table = write_tuned_table(path, op, dtype, device_name, options.strategy, table, !all_sizes);
+      fmt::print("\n{:<22} {:>10}  {}\n", "size", "median us", "variant");
+      for (const auto& row : table) {
+        if (row.at("file").is_null()) {
+          fmt::print("{:<22} {:>10}  none passed\n", row.at("shape").get<std::string>(), "-");
+          continue;
+        }
+        fmt::print("{:<22} {:>10.2f}  {} {}\n", row.at("shape").get<std::string>(),
+                   row.at("time_us").get<double>(), row.at("file").get<std::string>(),
+                   row.at("params").dump());
+      }
+      fmt::print("size -> variant table written to {}\n", path.string());
+      if (!flags.check_dtypes.empty() && !flags.replay) {
+        TableCheckOptions check;
+        check.arch = flags.arch;
+        failed_checks +=
+            check_table_variants(path, parse_dtypes(flags.check_dtypes), device, check);
+      }
+    }
   }
   write_json(reports.size() == 1 ? reports.front() : reports, flags.json_path);
-  return all_found ? 0 : 1;
+  return all_found && failed_checks == 0 ? 0 : 1;
 }
 
 }  // namespace kforge

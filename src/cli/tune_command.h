@@ -11,7 +11,7 @@
 namespace kforge {
 
 struct TuneFlags {
-  std::string target;             // an op name or a kernel file
+  std::string target;             // an op, ops joined by commas, "all", or a kernel file
   std::vector<std::string> also;  // more kernel files of the same op, searched together
   std::string task;               // a task file `kforge plan --extract` wrote: op, shape and dtype
   std::string shape;
@@ -34,6 +34,9 @@ struct TuneFlags {
   std::string json_path;
   std::string table_path;
   bool update_table = false;  // with --shape: merge this size's row into the table
+  std::string adopt;          // a device key or a table file: evaluate its rows' variants only
+  bool no_starts = false;     // do not start from the rows of existing tables
+  std::vector<std::string> check_dtypes;  // with --sizes all: check the table in these too
 };
 
 CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device);

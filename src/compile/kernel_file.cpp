@@ -122,8 +122,8 @@ class HeaderParser {
       const std::string name = trim(value.substr(0, eq));
       check_new_name(name, line);
       file_.derived.push_back({name, make_expression(value.substr(eq + 1), line), line});
-    } else if (key == "require") {
-      file_.requirements.push_back({make_expression(value, line), line});
+    } else if (key == "require" || key == "prune") {
+      file_.requirements.push_back({make_expression(value, line), line, key == "prune"});
     } else if (key == "shared_bytes") {
       set_once(file_.shared_bytes, key, value, line);
     } else if (key == "threads") {

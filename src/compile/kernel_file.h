@@ -30,9 +30,13 @@ struct DerivedValue {
   int line = 0;
 };
 
+// `require:` must hold for a variant to be valid. `prune:` only narrows the tuner's search (a
+// variant that breaks it is correct, just not worth timing at that size), so a variant asked
+// for by name (defaults, --param, a table row) is never refused for it.
 struct Requirement {
   Expression expression;
   int line = 0;
+  bool pruning_only = false;
 };
 
 struct KernelFile {

@@ -53,11 +53,12 @@ Bindings problem_bindings(const DeviceInfo& device, DType dtype, const Sizes* si
 }
 
 std::string first_violation(const KernelFile& file, const Bindings& bindings,
-                            const DeviceInfo& device) {
+                            const DeviceInfo& device, bool with_pruning) {
   for (const auto& req : file.requirements) {
-    if (!all_bound(req.expression, bindings)) continue;
+    if ((req.pruning_only && !with_pruning) || !all_bound(req.expression, bindings)) continue;
     if (req.expression.evaluate(bindings) == 0) {
-      return fmt::format("require '{}' (line {}) does not hold", req.expression.text(), req.line);
+      return fmt::format("{} '{}' (line {}) does not hold", req.pruning_only ? "prune" : "require",
+                         req.expression.text(), req.line);
     }
   }
   const auto check = [&](const std::optional<Expression>& e, auto violation) -> std::string {

@@ -23,8 +23,9 @@ Bindings problem_bindings(const DeviceInfo& device, DType dtype, const Sizes* si
 
 // The first `require:` that is false, or declared launch value over the device's limits, for
 // `bindings` (tunables and derived values included), or "" if all hold. Expressions that name
-// something not bound (a problem size, when no problem is given) are left for later.
+// something not bound (a problem size, when no problem is given) are left for later. With
+// `with_pruning`, `prune:` lines count too (what the tuner would have searched).
 std::string first_violation(const KernelFile& file, const Bindings& bindings,
-                            const DeviceInfo& device);
+                            const DeviceInfo& device, bool with_pruning = false);
 
 }  // namespace kforge

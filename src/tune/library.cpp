@@ -114,15 +114,20 @@ std::string LibraryChoice::describe() const {
   const std::string borrowed =
       borrowed_from ? fmt::format(", {} table, checked in this dtype", dtype_name(*borrowed_from))
                     : std::string();
+  const std::string adopted =
+      adopted_from.empty()
+          ? std::string()
+          : fmt::format(", adopted from the {} table, checked and timed here", adopted_from);
   switch (source) {
     case Source::exact_size:
-      return fmt::format("tuned at {}{}", tuned_shape, borrowed);
+      return fmt::format("tuned at {}{}{}", tuned_shape, borrowed, adopted);
     case Source::nearest_size:
-      return fmt::format("tuned at {} (the nearest tuned size{})", tuned_shape, borrowed);
+      return fmt::format("tuned at {} (the nearest tuned size{}{})", tuned_shape, borrowed,
+                         adopted);
     case Source::defaults:
       break;
   }
-  return table.empty() ? "defaults (no tuned table for this dtype and device)"
+  return table.empty() ? "defaults: untuned (no tuned table for this dtype and device)"
                        : "defaults (no tuned size applies)";
 }
 
@@ -136,6 +141,8 @@ nlohmann::json LibraryChoice::to_json() const {
   if (tuned_median_us) j["tuned_median_us"] = *tuned_median_us;
   if (!table.empty()) j["table"] = table.string();
   if (borrowed_from) j["table_dtype"] = dtype_name(*borrowed_from);
+  if (!adopted_from.empty()) j["adopted_from"] = adopted_from;
+  j["untuned_device"] = untuned_device();
   return j;
 }
 
@@ -173,7 +180,8 @@ std::optional<ParamValues> valid_params(const KernelFile& file, const nlohmann::
   const ParamValues all = file.with_derived(file.resolve_params(values), bindings);
   for (const auto& [name, value] : all)
     bindings[name] = value;
-  if (!first_violation(file, bindings, device).empty()) return std::nullopt;
+  // A row is reused only where the tuner would have searched it (prune: lines included).
+  if (!first_violation(file, bindings, device, true).empty()) return std::nullopt;
   return values;
 }
 
@@ -260,6 +268,7 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
       choice.source =
           distance == 0 ? LibraryChoice::Source::exact_size : LibraryChoice::Source::nearest_size;
       choice.tuned_shape = row->value("shape", std::string());
+      choice.adopted_from = row->value("adopted_from", std::string());
       if (row->contains("time_us")) choice.tuned_median_us = row->at("time_us").get<double>();
       return choice;
     }
@@ -267,6 +276,124 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
     throw Error(fmt::format("{}: not a tuned table: {}", table_path.string(), e.what()));
   }
   return choice;
+}
+
+std::string compute_capability_of(const std::string& device_key) {
+  const auto open = device_key.rfind("(cc ");
+  if (open == std::string::npos || device_key.back() != ')') return "";
+  return device_key.substr(open + 4, device_key.size() - open - 5);
+}
+
+std::vector<SameArchitectureTable> same_architecture_tables(const std::string& op, DType dtype,
+                                                            const DeviceInfo& device) {
+  std::vector<SameArchitectureTable> out;
+  const std::string own = device_key(device);
+  const std::string cc = compute_capability_of(own);
+  if (device.backend != "cuda" || cc.empty()) return out;
+  const fs::path dir = library_kernels_dir() / op / "tuned";
+  if (!fs::is_directory(dir)) return out;
+  std::vector<fs::path> paths;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".json") paths.push_back(entry.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  std::vector<DType> dtypes = {dtype};
+  if (const auto partner = same_width_dtype(dtype)) dtypes.push_back(*partner);
+  for (const DType d : dtypes) {
+    for (const auto& path : paths) {
+      const nlohmann::json table = read_tuned_table(path);
+      const std::string device_of = table.value("device", std::string());
+      if (table.value("op", std::string()) != op ||
+          table.value("dtype", std::string()) != dtype_name(d) || device_of == own ||
+          compute_capability_of(device_of) != cc) {
+        continue;
+      }
+      SameArchitectureTable t{path, device_of, d};
+      std::vector<std::pair<nlohmann::json, nlohmann::json>> variants;
+      for (const auto& row : table.at("sizes")) {
+        if (!row.contains("file") || row.at("file").is_null()) continue;
+        ++t.rows;
+        std::pair v{row.at("file"), row.value("params", nlohmann::json::object())};
+        if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
+        if (row.contains("tune_seconds") && row.contains("evaluations")) {
+          t.tune_seconds += row.at("tune_seconds").get<double>();
+          t.evaluations += row.at("evaluations").get<size_t>();
+        }
+      }
+      t.variants = variants.size();
+      if (t.rows > 0) out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+const nlohmann::json* nearest_table_row(const nlohmann::json& table, const Sizes& sizes) {
+  const nlohmann::json* best = nullptr;
+  double best_distance = std::numeric_limits<double>::max();
+  for (const auto& row : table.at("sizes")) {
+    if (!row.contains("file") || row.at("file").is_null() || !row.contains("sizes")) continue;
+    const double d = size_distance(sizes, row.at("sizes").get<Sizes>());
+    if (d < best_distance) {
+      best_distance = d;
+      best = &row;
+    }
+  }
+  return best;
+}
+
+namespace {
+
+// "about 12 min", "about 40 s".
+std::string about_duration(double seconds) {
+  if (seconds < 90) return fmt::format("about {:.0f} s", std::max(1.0, seconds));
+  if (seconds < 5400) return fmt::format("about {:.0f} min", seconds / 60);
+  return fmt::format("about {:.1f} h", seconds / 3600);
+}
+
+// Seconds one evaluation takes where no table's tune recorded it: the timing cap of one second
+// plus a smoke run and a gate.
+constexpr double kAssumedSecondsPerEvaluation = 1.5;
+// A winner's final check: five stages, then memcheck and racecheck on a GPU.
+constexpr double kAssumedSecondsPerFinalCheck = 20;
+
+}  // namespace
+
+std::string untuned_offer(const OpSpec& op, DType dtype, const DeviceInfo& device,
+                          const LibraryChoice& choice) {
+  if (!choice.untuned_device()) return "";
+  const std::string name(op.name());
+  const size_t sizes = op.bench_sizes().size();
+  const auto tables = same_architecture_tables(name, dtype, device);
+  double per_evaluation = kAssumedSecondsPerEvaluation;
+  std::string basis = fmt::format("{:.1f} s each, assumed", per_evaluation);
+  for (const auto& t : tables) {
+    if (t.evaluations == 0) continue;
+    per_evaluation = t.tune_seconds / static_cast<double>(t.evaluations);
+    basis = fmt::format("{:.1f} s each, as tuning the {} table took", per_evaluation, t.device);
+    break;
+  }
+  const double evaluations = static_cast<double>(sizes * kOfferedTuneBudget);
+  std::string text = fmt::format(
+      "no tuned table for {} in {} on {}: this runs the starter's untuned defaults ({}), which "
+      "are not the library's tuned kernel for this device.\n"
+      "  tune it now:   kforge tune {} --sizes all --dtype {} --budget {}\n"
+      "                 ({} sizes x {} evaluations, {} at {}; resumable, progress shown)\n",
+      name, dtype_name(dtype), device_key(device), choice.file.filename().string(), name,
+      dtype_name(dtype), kOfferedTuneBudget, sizes, kOfferedTuneBudget,
+      about_duration(evaluations * per_evaluation), basis);
+  for (const auto& t : tables) {
+    text += fmt::format(
+        "  or adopt:      kforge tune {} --sizes all --dtype {} --adopt \"{}\"\n"
+        "                 (the {} table's variant for each of the {} sizes, checked in five stages "
+        "and timed here against the defaults: {})\n",
+        name, dtype_name(dtype), t.device, t.device, sizes,
+        about_duration(static_cast<double>(2 * sizes) * per_evaluation +
+                       static_cast<double>(t.variants) * kAssumedSecondsPerFinalCheck));
+  }
+  if (tables.empty()) {
+    text += fmt::format("  (no table of a device with the same architecture to adopt)\n");
+  }
+  return text;
 }
 
 }  // namespace kforge

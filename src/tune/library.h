@@ -39,7 +39,9 @@ std::filesystem::path tuned_table_path(const std::string& op, DType dtype,
 
 // A size -> variant table: {op, dtype, device, strategy, git_sha, recorded_at, sizes: rows}, a
 // row being {shape, sizes, file, params, variant_key, time_us, final_check, git_sha,
-// recorded_at, checks?}, or {shape, sizes, file: null} for a size where no variant passed.
+// recorded_at, tune_seconds?, evaluations?, adopted_from?, checks?}, or {shape, sizes, file:
+// null} for a size where no variant passed. `adopted_from` names the device whose table's
+// variant the row took (`kforge tune --adopt`), checked and timed on this one.
 // `checks` holds five-stage checks of the row's variant in other dtypes: {dtype: {result, seed,
 // git_sha, checked_at}}, result starting "PASS" or "FAIL".
 
@@ -76,7 +78,11 @@ struct LibraryChoice {
   std::optional<double> tuned_median_us;  // its time when it was tuned
   std::filesystem::path table;            // the table consulted, if any
   std::optional<DType> borrowed_from;     // the table's dtype, when it is not the problem's
+  std::string adopted_from;  // the device whose table's rows this device's table adopted
 
+  // The device has no table for the op in this dtype (nor one of the same width): the run
+  // gets the starter's defaults, which are no tuned result (untuned_offer says what to do).
+  bool untuned_device() const { return source == Source::defaults && table.empty(); }
   // "tuned at 8192x8192", "tuned at 4096x4096 (nearest)", "defaults (no table for ...)".
   std::string describe() const;
   nlohmann::json to_json() const;
@@ -85,5 +91,39 @@ struct LibraryChoice {
 // The library's variant for `sizes` in `dtype` on `device`.
 LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
                              const DeviceInfo& device);
+
+// "9.0" from a CUDA device key "NVIDIA H200 (cc 9.0)"; empty for any other key.
+std::string compute_capability_of(const std::string& device_key);
+
+// A table of an op tuned on another device of the same architecture (the same compute
+// capability: the H200's for an H100). Such a table is a starting point, never a result: its
+// variants are valid here, but their speed is not known until they are timed here.
+struct SameArchitectureTable {
+  std::filesystem::path path;
+  std::string device;  // the device key it was tuned on
+  DType dtype = DType::bf16;
+  size_t rows = 0;          // sizes with a variant
+  size_t variants = 0;      // distinct variants among them
+  double tune_seconds = 0;  // the tune's wall time, summed over rows that recorded it
+  size_t evaluations = 0;   // evaluations, summed over the same rows
+};
+
+// Tables of `op` for other CUDA devices with `device`'s compute capability, in `dtype` or the
+// dtype of the same width; this device's own tables are not among them.
+std::vector<SameArchitectureTable> same_architecture_tables(const std::string& op, DType dtype,
+                                                            const DeviceInfo& device);
+
+// The row of `table` with a variant whose sizes are nearest `sizes` (on a log scale), or null.
+const nlohmann::json* nearest_table_row(const nlohmann::json& table, const Sizes& sizes);
+
+// What a user is told when `device` has no table for `op` in `dtype`: that the run gets the
+// starter's untuned defaults, and the two ways out with their cost: tune every sweep size now,
+// or adopt the table of a device of the same architecture after checking and timing its
+// variants here. Empty when `choice` came from a table.
+std::string untuned_offer(const OpSpec& op, DType dtype, const DeviceInfo& device,
+                          const LibraryChoice& choice);
+
+// Evaluations per sweep size that the offer proposes for a tune of every size.
+inline constexpr int kOfferedTuneBudget = 24;
 
 }  // namespace kforge

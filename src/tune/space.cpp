@@ -99,7 +99,8 @@ struct SearchSpace::FilePlan {
            &r.expression,
            -1,
            {},
-           fmt::format("require '{}' (line {})", r.expression.text(), r.line)});
+           fmt::format("{} '{}' (line {})", r.pruning_only ? "prune" : "require",
+                       r.expression.text(), r.line)});
     }
     if (file.block_threads) add({Step::threads, &*file.block_threads});
     if (file.shared_bytes) add({Step::shared, &*file.shared_bytes});
@@ -386,11 +387,22 @@ std::optional<PointId> SearchSpace::find(const SpacePoint& point) const {
 }
 
 std::optional<PointId> SearchSpace::default_point(int file) const {
+  return point_with(file, {});
+}
+
+std::optional<PointId> SearchSpace::point_with(int file, const ParamValues& tunables) const {
   const KernelFile& f = *files_.at(static_cast<size_t>(file));
+  for (const auto& [name, value] : tunables) {
+    if (std::none_of(f.params.begin(), f.params.end(),
+                     [&](const TunableParam& p) { return p.name == name; })) {
+      return std::nullopt;
+    }
+  }
   SpacePoint p{file, {}};
   for (const auto& param : f.params) {
-    const auto it =
-        std::find(param.candidates.begin(), param.candidates.end(), param.default_value);
+    const auto given = tunables.find(param.name);
+    const long long value = given == tunables.end() ? param.default_value : given->second;
+    const auto it = std::find(param.candidates.begin(), param.candidates.end(), value);
     if (it == param.candidates.end()) return std::nullopt;
     p.choice.push_back(static_cast<uint8_t>(it - param.candidates.begin()));
   }

@@ -108,6 +108,9 @@ class SearchSpace {
   std::optional<PointId> find(const SpacePoint& point) const;
   // The point of a file's default values, when it is feasible.
   std::optional<PointId> default_point(int file) const;
+  // The point of `file` with these tunables (the rest at their defaults), when every value is
+  // a candidate and the point is feasible.
+  std::optional<PointId> point_with(int file, const ParamValues& tunables) const;
 
   // Tunables plus derived values, ready for Variant::make.
   ParamValues values(PointId id) const;

@@ -83,8 +83,20 @@ class UniformDraw {
 // the costs observed so far; sets and maps of those points, never arrays over the space.
 class StrategyBase : public Strategy {
  protected:
-  StrategyBase(const SearchSpace& space, uint64_t seed)
-      : space_(space), rng_(seed, 0x7475'6e65), any_point_(space, std::nullopt) {}
+  StrategyBase(const SearchSpace& space, uint64_t seed, std::vector<PointId> starts)
+      : space_(space),
+        rng_(seed, 0x7475'6e65),
+        starts_(std::move(starts)),
+        any_point_(space, std::nullopt) {}
+
+  // The next start nobody proposed yet, marked as proposed.
+  std::optional<PointId> next_start() {
+    while (next_start_ < starts_.size()) {
+      const PointId p = starts_[next_start_++];
+      if (!was_proposed(p)) return mark(p);
+    }
+    return std::nullopt;
+  }
 
   size_t uniform_index(size_t n) { return static_cast<size_t>(uniform_below(rng_, n)); }
   bool was_proposed(PointId p) const { return proposed_.contains(p); }
@@ -116,17 +128,20 @@ class StrategyBase : public Strategy {
 
   const SearchSpace& space_;
   Rng rng_;
+  std::vector<PointId> starts_;
   std::unordered_set<PointId> proposed_;
   std::unordered_map<PointId, double> cost_;
 
  private:
+  size_t next_start_ = 0;
   UniformDraw any_point_;
 };
 
 // Every point, in the space's order (ids increasing).
 class Exhaustive final : public StrategyBase {
  public:
-  Exhaustive(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {
+  Exhaustive(const SearchSpace& space, uint64_t seed, std::vector<PointId> starts)
+      : StrategyBase(space, seed, std::move(starts)) {
     if (!space.ranked() || space.size() > kExhaustiveLimit) {
       throw UsageError(fmt::format(
           "exhaustive search evaluates every feasible variant, at most {}; this space has {} of "
@@ -140,8 +155,12 @@ class Exhaustive final : public StrategyBase {
     }
   }
   std::optional<PointId> propose() override {
-    if (next_ >= space_.size()) return std::nullopt;
-    return mark(space_.nth(next_++));
+    if (const auto start = next_start()) return start;
+    while (next_ < space_.size()) {
+      const PointId p = space_.nth(next_++);
+      if (!was_proposed(p)) return mark(p);
+    }
+    return std::nullopt;
   }
   void observe(PointId p, double cost) override { record(p, cost); }
 
@@ -152,27 +171,30 @@ class Exhaustive final : public StrategyBase {
 // Uniform sampling without replacement: the baseline any smarter strategy must beat.
 class RandomSearch final : public StrategyBase {
  public:
-  RandomSearch(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {}
+  RandomSearch(const SearchSpace& space, uint64_t seed, std::vector<PointId> starts)
+      : StrategyBase(space, seed, std::move(starts)) {}
   std::optional<PointId> propose() override {
+    if (const auto start = next_start()) return start;
     const auto p = random_unproposed();
     return p ? std::optional(mark(*p)) : std::nullopt;
   }
   void observe(PointId p, double cost) override { record(p, cost); }
 };
 
-// Iterated local search, one climber per kernel file. A climber starts from its file's
-// defaults, tries the neighbours of its current point (one tunable changed) in random order and
-// moves to any that is faster; when a point has no untried neighbour left, it is a local
-// optimum: the climber jumps to a random walk of a few steps from its best point and climbs
-// again. Neighbours never leave a file (tunables differ between files), so files with
+// Iterated local search, one climber per kernel file. A climber starts from its file's first
+// start point (else its defaults), tries the neighbours of its current point (one tunable changed)
+// in random order and moves to any that is faster; when a point has no untried neighbour left, it
+// is a local optimum: the climber jumps to a random walk of a few steps from its best point and
+// climbs again. Neighbours never leave a file (tunables differ between files), so files with
 // fundamentally different strategies each get a climber, and proposals go round-robin between
 // them: the budget is shared evenly and no file is judged by one point.
 class LocalSearch final : public StrategyBase {
  public:
-  LocalSearch(const SearchSpace& space, uint64_t seed)
-      : StrategyBase(space, seed), climbers_(space.files().size()) {}
+  LocalSearch(const SearchSpace& space, uint64_t seed, std::vector<PointId> starts)
+      : StrategyBase(space, seed, std::move(starts)), climbers_(space.files().size()) {}
 
   std::optional<PointId> propose() override {
+    if (const auto start = next_start()) return start;
     for (size_t tried = 0; tried < climbers_.size(); ++tried) {
       const size_t file = next_file_;
       next_file_ = (next_file_ + 1) % climbers_.size();
@@ -217,11 +239,15 @@ class LocalSearch final : public StrategyBase {
     Climber& c = climbers_[file];
     if (!c.started) {
       c.started = true;
-      auto start = space_.default_point(static_cast<int>(file));
-      if (!start || was_proposed(*start)) start = random_unproposed_in(file);
-      if (!start) return std::nullopt;
-      move_to(c, *start);
-      return start;
+      if (const auto start = first_start_in(file)) {
+        move_to(c, *start);  // proposed already, with the other starts
+      } else {
+        auto from = space_.default_point(static_cast<int>(file));
+        if (!from || was_proposed(*from)) from = random_unproposed_in(file);
+        if (!from) return std::nullopt;
+        move_to(c, *from);
+        return from;
+      }
     }
     while (!c.queue.empty()) {
       const PointId n = c.queue.back();
@@ -234,6 +260,14 @@ class LocalSearch final : public StrategyBase {
     if (!jump) return std::nullopt;
     move_to(c, *jump);
     return jump;
+  }
+
+  // The first start point of `file`, if any.
+  std::optional<PointId> first_start_in(size_t file) const {
+    for (const PointId p : starts_) {
+      if (space_.point(p).file == static_cast<int>(file)) return p;
+    }
+    return std::nullopt;
   }
 
   void move_to(Climber& c, PointId p) {
@@ -276,9 +310,11 @@ class LocalSearch final : public StrategyBase {
 // redrawn.
 class Evolution final : public StrategyBase {
  public:
-  Evolution(const SearchSpace& space, uint64_t seed) : StrategyBase(space, seed) {}
+  Evolution(const SearchSpace& space, uint64_t seed, std::vector<PointId> starts)
+      : StrategyBase(space, seed, std::move(starts)) {}
 
   std::optional<PointId> propose() override {
+    if (const auto start = next_start()) return start;
     if (proposed_.size() < kPopulation) {
       const auto first = proposed_.empty() ? default_start() : std::nullopt;
       const auto p = first ? first : random_unproposed();
@@ -344,6 +380,16 @@ class Evolution final : public StrategyBase {
   std::vector<PointId> population_;
 };
 
+// The start points and nothing else: a table's variants from another device, checked and timed
+// on this one (`kforge tune --adopt`).
+class Given final : public StrategyBase {
+ public:
+  Given(const SearchSpace& space, uint64_t seed, std::vector<PointId> starts)
+      : StrategyBase(space, seed, std::move(starts)) {}
+  std::optional<PointId> propose() override { return next_start(); }
+  void observe(PointId p, double cost) override { record(p, cost); }
+};
+
 }  // namespace
 
 const std::vector<StrategyInfo>& strategies() {
@@ -352,16 +398,18 @@ const std::vector<StrategyInfo>& strategies() {
       {"random", "uniform sampling without replacement"},
       {"local", "iterated local search from the defaults: climb neighbours, jump when stuck"},
       {"evolution", "steady-state evolutionary search: crossover and mutation of the best"},
+      {"given", "the start points only (another device's table rows: --adopt)"},
   };
   return list;
 }
 
 std::unique_ptr<Strategy> make_strategy(std::string_view name, const SearchSpace& space,
-                                        uint64_t seed) {
-  if (name == "exhaustive") return std::make_unique<Exhaustive>(space, seed);
-  if (name == "random") return std::make_unique<RandomSearch>(space, seed);
-  if (name == "local") return std::make_unique<LocalSearch>(space, seed);
-  if (name == "evolution") return std::make_unique<Evolution>(space, seed);
+                                        uint64_t seed, const std::vector<PointId>& starts) {
+  if (name == "exhaustive") return std::make_unique<Exhaustive>(space, seed, starts);
+  if (name == "random") return std::make_unique<RandomSearch>(space, seed, starts);
+  if (name == "local") return std::make_unique<LocalSearch>(space, seed, starts);
+  if (name == "evolution") return std::make_unique<Evolution>(space, seed, starts);
+  if (name == "given") return std::make_unique<Given>(space, seed, starts);
   std::vector<std::string> names;
   for (const auto& s : strategies())
     names.push_back(s.name);

@@ -43,8 +43,13 @@ struct StrategyInfo {
 
 // Throws UsageError for an unknown name (the message lists the known ones), and for
 // `exhaustive` over a space above kExhaustiveLimit.
+//
+// `starts` are feasible points known to be good elsewhere (the same size's row in another
+// device's table, say): every strategy proposes them before anything of its own, `local`
+// climbs from the best start of a file instead of its defaults, `evolution` seeds its
+// population with them, and `given` proposes the starts and nothing else.
 std::unique_ptr<Strategy> make_strategy(std::string_view name, const SearchSpace& space,
-                                        uint64_t seed);
+                                        uint64_t seed, const std::vector<PointId>& starts = {});
 const std::vector<StrategyInfo>& strategies();
 
 }  // namespace kforge

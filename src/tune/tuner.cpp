@@ -392,11 +392,37 @@ SearchSpace solve_into(TuneReport& report, const std::vector<const KernelFile*>&
   return space;
 }
 
+// The feasible points of `options.starts`, in order; the others are noted in `report`.
+std::vector<PointId> start_points(const SearchSpace& space, const TuneOptions& options,
+                                  TuneReport& report) {
+  std::vector<PointId> points;
+  for (const TuneStart& s : options.starts) {
+    const auto& files = space.files();
+    const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile* f) {
+      return f->path.filename().string() == s.file;
+    });
+    if (file == files.end()) {
+      report.starts_skipped.push_back(fmt::format("{}: {} is not searched", s.origin, s.file));
+      continue;
+    }
+    const auto p = space.point_with(static_cast<int>(file - files.begin()), s.tunables);
+    if (!p) {
+      report.starts_skipped.push_back(
+          fmt::format("{}: not a feasible variant for this problem here", s.origin));
+      continue;
+    }
+    if (std::find(points.begin(), points.end(), *p) == points.end()) points.push_back(*p);
+    report.starts_used.push_back(s.origin);
+  }
+  return points;
+}
+
 // Runs the search, then evaluates the file's defaults (the baseline) if the strategy did not.
 void search_with_baseline(const SearchSpace& space, Evaluator& evaluator,
                           const TuneOptions& options, TuneReport& report,
                           const TuneProgressFn& progress, Clock::time_point start) {
-  auto strategy = make_strategy(options.strategy, space, report.seed);
+  auto strategy =
+      make_strategy(options.strategy, space, report.seed, start_points(space, options, report));
   search(space, *strategy, evaluator, options, report, progress, start);
   const auto default_point = space.size() ? space.default_point(0) : std::nullopt;
   pick_best(report, default_point);
@@ -496,6 +522,7 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
                                           {"max_fraction", options.max_fraction},
                                           {"max_seconds", options.max_seconds},
                                           {"lookahead", options.lookahead},
+                                          {"starts", options.starts.size()},
                                           {"files", file_names},
                                           {"git_sha", git_state().sha}});
 
@@ -632,6 +659,8 @@ nlohmann::json TuneReport::to_json(size_t top) const {
       {"from_database", from_database_count()},
       {"missing_in_replay", missing_in_replay},
       {"stop_reason", stop_reason},
+      {"starts_used", starts_used},
+      {"starts_skipped", starts_skipped},
       {"compile",
        {{"compiled", compiled},
         {"jobs", compile_jobs},

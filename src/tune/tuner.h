@@ -41,8 +41,18 @@ struct TuneProblem {
 // 0.2% of `kforge bench`; a winner is re-timed by `kforge bench` for records.
 BenchSettings tuning_bench_settings();
 
+// A point to try first: a variant known to be good for this problem elsewhere (the same size's
+// row in another device's table). Starts that name no file of the search, or a point that is
+// not feasible here, are skipped and counted in the report.
+struct TuneStart {
+  std::string file;      // a kernel file's name, e.g. "rmsnorm_rowblock.cu"
+  ParamValues tunables;  // the rest take the file's defaults
+  std::string origin;    // where it came from, for the report
+};
+
 struct TuneOptions {
   std::string strategy = "local";
+  std::vector<TuneStart> starts;
   uint64_t seed = 0;           // 0: derived from the problem and strategy (a re-run resumes)
   size_t max_evaluations = 0;  // 0: no limit
   double max_fraction = 0;     // > 0: at most this share of the feasible space (rounded up)
@@ -80,6 +90,8 @@ struct TuneReport {
   std::vector<TuneEvaluation> evaluations;            // in proposal order
   std::optional<size_t> best;                         // index into evaluations
   std::optional<size_t> baseline;                     // the file's defaults, if evaluated
+  std::vector<std::string> starts_used;               // origins of the starts proposed first
+  std::vector<std::string> starts_skipped;  // origins of starts not feasible here, and why
   std::string stop_reason;
   // Compilation: variants compiled here (not from the cache or the database), the wall time
   // during which at least one compile ran, and the compilers' own time summed.

@@ -186,7 +186,8 @@ TEST_F(LibraryChoiceTest, NoTableGivesTheStarterDefaults) {
   EXPECT_EQ(c.tuned_shape, "");
   EXPECT_FALSE(c.tuned_median_us.has_value());
   EXPECT_TRUE(c.table.empty());
-  EXPECT_EQ(c.describe(), "defaults (no tuned table for this dtype and device)");
+  EXPECT_EQ(c.describe(), "defaults: untuned (no tuned table for this dtype and device)");
+  EXPECT_TRUE(c.untuned_device());
   const json j = c.to_json();
   EXPECT_EQ(j.at("source"), "defaults");
   EXPECT_EQ(j.at("file"), kernel("rmsnorm_cpu.cpp").string());
@@ -194,6 +195,7 @@ TEST_F(LibraryChoiceTest, NoTableGivesTheStarterDefaults) {
   EXPECT_FALSE(j.contains("table"));
   EXPECT_FALSE(j.contains("tuned_shape"));
   EXPECT_FALSE(j.contains("tuned_median_us"));
+  EXPECT_TRUE(j.at("untuned_device").get<bool>());
 }
 
 TEST_F(LibraryChoiceTest, ExactSizeTakesThatRow) {

@@ -283,11 +283,13 @@ class Replay : public ::testing::Test {
     recorded_.record(*db_);
   }
   static void TearDownTestSuite() { db_.reset(); }
-  TuneReport replay(const std::string& strategy, uint64_t seed, size_t budget) {
+  TuneReport replay(const std::string& strategy, uint64_t seed, size_t budget,
+                    const std::vector<TuneStart>& starts = {}) {
     TuneOptions o;
     o.strategy = strategy;
     o.seed = seed;
     o.max_evaluations = budget;
+    o.starts = starts;
     Tuner tuner(*db_, nullptr, nullptr, nullptr);
     return tuner.replay({&recorded_.file}, recorded_.problem, device_key(recorded_.device), o);
   }
@@ -346,6 +348,7 @@ TEST_F(Replay, ExhaustiveVisitsEveryVariantOnceAndFindsTheOptimum) {
 
 TEST_F(Replay, EveryStrategyCoversTheSpaceWithoutRepeats) {
   for (const auto& s : strategies()) {
+    if (s.name == "given") continue;  // proposes its start points only (below)
     const TuneReport r = replay(s.name, 7, 0);
     std::set<size_t> points;
     for (const auto& e : r.evaluations)
@@ -354,6 +357,40 @@ TEST_F(Replay, EveryStrategyCoversTheSpaceWithoutRepeats) {
     EXPECT_EQ(points.size(), recorded_.feasible) << s.name;
     EXPECT_EQ(best_ms(r), recorded_.optimum) << s.name;
   }
+}
+
+// Start points (another device's table rows) come before anything a strategy proposes of its
+// own; `given` evaluates them and the defaults only; starts that are not feasible here, or name
+// a file that is not searched, are skipped and said.
+TEST_F(Replay, StartPointsComeFirstAndGivenEvaluatesOnlyThem) {
+  const std::string name = recorded_.file.path.filename().string();
+  const ParamValues good = {{"BLOCK", 128}, {"VEC", 8}, {"ROWS", 2}, {"UNROLL", 4}, {"HINT", 1}};
+  const std::vector<TuneStart> starts = {
+      {name, good, "row A"},
+      {name, {{"BLOCK", 32}, {"ROWS", 2}}, "row B"},  // BLOCK / ROWS < 32: infeasible
+      {"other.cu", good, "row C"},
+      {name, {{"VEC", 4}}, "row D"}};
+  for (const auto& s : strategies()) {
+    const TuneReport r = replay(s.name, 3, 6, starts);
+    ASSERT_GE(r.evaluations.size(), 2u) << s.name;
+    EXPECT_EQ(r.evaluations[0].record.params.at("BLOCK"), 128) << s.name;
+    EXPECT_EQ(r.evaluations[0].record.params.at("HINT"), 1) << s.name;
+    EXPECT_EQ(r.evaluations[1].record.params.at("VEC"), 4) << s.name;
+    EXPECT_EQ(r.evaluations[1].record.params.at("BLOCK"), 256) << s.name;  // the default
+    EXPECT_EQ(r.starts_used, (std::vector<std::string>{"row A", "row D"})) << s.name;
+    ASSERT_EQ(r.starts_skipped.size(), 2u) << s.name;
+    EXPECT_NE(r.starts_skipped[0].find("row B: not a feasible variant"), std::string::npos);
+    EXPECT_NE(r.starts_skipped[1].find("row C: other.cu is not searched"), std::string::npos);
+    if (s.name == "given") {
+      // The two starts, then the defaults as the baseline.
+      EXPECT_EQ(r.evaluations.size(), 3u);
+      EXPECT_EQ(r.stop_reason, "strategy finished");
+      ASSERT_TRUE(r.baseline.has_value());
+      EXPECT_EQ(*r.baseline, 2u);
+    }
+  }
+  // Without starts, `given` has nothing to propose: the defaults alone are timed.
+  EXPECT_EQ(replay("given", 3, 0).evaluations.size(), 1u);
 }
 
 // With a quarter of the evaluations, the guided strategies must get within 1% of the optimum

@@ -1,0 +1,80 @@
+#include "cli/table_check.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "tune/library.h"
+
+namespace kforge {
+
+int check_table_variants(const std::filesystem::path& table_path, const std::vector<DType>& dtypes,
+                         const DeviceFlags& device, const TableCheckOptions& options) {
+  const nlohmann::json table = read_tuned_table(table_path);
+  const std::string op = table.value("op", std::string());
+  const nlohmann::json rows = table.at("sizes");
+  // Distinct (file, params) pairs, in table order.
+  std::vector<std::pair<std::string, nlohmann::json>> variants;
+  for (const auto& row : rows) {
+    if (!row.contains("file") || row.at("file").is_null()) continue;
+    std::pair<std::string, nlohmann::json> v{row.at("file").get<std::string>(),
+                                             row.value("params", nlohmann::json::object())};
+    if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
+  }
+  const std::vector<KernelFile> files = library_files(op, pick_backend(device, nullptr));
+  int failed = 0;
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const auto& [name, params_json] = variants[i];
+    const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
+      return f.path.filename().string() == name;
+    });
+    if (file == files.end())
+      throw UsageError(fmt::format("{}: no library file {}", table_path.string(), name));
+    KernelSession session(file->path.string(), device, options.keep);
+    ParamValues params;
+    for (const auto& [param, value] : params_json.items())
+      params[param] = value.get<long long>();
+    for (const DType dtype : dtypes) {
+      // A variant checked in this dtype before (every row of it) is not checked again.
+      const bool checked_before = std::all_of(rows.begin(), rows.end(), [&](const auto& row) {
+        return row.value("file", nlohmann::json()) != name ||
+               row.value("params", nlohmann::json::object()) != params_json ||
+               (row.contains("checks") && row.at("checks").contains(dtype_name(dtype)));
+      });
+      if (checked_before) {
+        lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", "-", dtype_name(dtype),
+                                    name, params_json.dump()));
+        continue;
+      }
+      CheckOptions check;
+      check.seed = options.seed;
+      check.dtypes = {dtype};
+      check.params = params;
+      check.arch = options.arch;
+      check.timeout =
+          std::chrono::milliseconds(static_cast<long long>(options.timeout_seconds * 1000));
+      progress_line(fmt::format("[{}/{}] {} {} {}", i + 1, variants.size(), name,
+                                params_json.dump(), dtype_name(dtype)));
+      const CheckReport report = session.checker.check(session.file, check, [](auto&&) {});
+      const std::string result =
+          report.passed()
+              ? "PASS (five stages)"
+              : fmt::format("FAIL ({}): {}", verdict_name(report.verdict), report.detail);
+      if (!report.passed()) ++failed;
+      const int updated =
+          record_table_check(table_path, name, params_json, dtype, result, report.seed);
+      lines.push_back(fmt::format("{:<5} {:<4} {} {}  ({} rows)", report.passed() ? "PASS" : "FAIL",
+                                  dtype_name(dtype), name, params_json.dump(), updated));
+    }
+  }
+  fmt::print("\n{} ({} variants):\n", table_path.string(), variants.size());
+  for (const auto& line : lines)
+    fmt::print("  {}\n", line);
+  return failed;
+}
+
+}  // namespace kforge

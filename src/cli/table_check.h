@@ -1,0 +1,27 @@
+// Five-stage checks of a tuned table's variants in other dtypes (`kforge check --table`, and
+// `kforge tune --sizes all --check-dtypes`): a dtype of the same width borrows a table's row only
+// once the row's variant has passed there (src/tune/library.h).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/common.h"
+
+namespace kforge {
+
+struct TableCheckOptions {
+  uint64_t seed = 0;  // 0: a fresh seed per check
+  std::string arch;
+  double timeout_seconds = 0;  // 0: the checker's default
+  bool keep = false;
+};
+
+// Checks every distinct variant of the table at `table` in each of `dtypes` (variants already
+// checked there are skipped), records each result in the table's rows and prints one line per
+// variant and dtype. Returns the number of checks that failed.
+int check_table_variants(const std::filesystem::path& table, const std::vector<DType>& dtypes,
+                         const DeviceFlags& device, const TableCheckOptions& options);
+
+}  // namespace kforge
