@@ -5,7 +5,7 @@
  * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
  * param: VEC_BYTES = 16 in {4, 8, 16}
  * param: UNROLL = 8 in {1, 2, 4, 8, 16}
- * param: ROWS_PER_BLOCK = 8 in {1, 2, 4, 8, 16, 32}
+ * param: ROWS_PER_BLOCK = 2 in {1, 2, 4, 8, 16, 32}
  * param: CLUSTER = 1 in {1, 2, 4, 8}
  * param: X_EVICT_FIRST = 1 in {0, 1}
  * param: MIN_BLOCKS = 1 in {1, 2, 4, 6, 8}
