@@ -389,6 +389,103 @@ TEST_F(LibraryChoiceTest, SameWidthDtypeBorrowsOnlyRowsCheckedInIt) {
   EXPECT_FALSE(choose(mn(4096, 4096), DType::bf16).borrowed_from.has_value());
 }
 
+// A CUDA device of compute capability `major`.`minor`, for the table lookups (no GPU needed).
+DeviceInfo cuda_device(const std::string& name, int major, int minor) {
+  DeviceInfo d;
+  d.backend = "cuda";
+  d.name = name;
+  d.cc_major = major;
+  d.cc_minor = minor;
+  return d;
+}
+
+// Writes an rmsnorm table for `device` (a device key) in `dtype`, one row per size, each row
+// recording that its tune took `tune_seconds` over 10 evaluations.
+void write_device_table(const std::string& device, DType dtype,
+                        const std::vector<std::pair<int64_t, int64_t>>& sizes,
+                        double tune_seconds) {
+  json rows = json::array();
+  for (const auto& [m, n] : sizes) {
+    json row = table_row(m, n, "rmsnorm_cpu.cpp", {{"UNROLL", m > 2048 ? 8 : 4}}, 10.0);
+    row["tune_seconds"] = tune_seconds;
+    row["evaluations"] = 10;
+    rows.push_back(row);
+  }
+  write_text(
+      tuned_table_path("rmsnorm", dtype, device),
+      json{{"op", "rmsnorm"}, {"dtype", dtype_name(dtype)}, {"device", device}, {"sizes", rows}}
+          .dump(2));
+}
+
+TEST(LibraryPaths, ComputeCapabilityComesFromACudaDeviceKey) {
+  EXPECT_EQ(compute_capability_of("NVIDIA H200 (cc 9.0)"), "9.0");
+  EXPECT_EQ(compute_capability_of("NVIDIA H100 80GB HBM3 (cc 9.0)"), "9.0");
+  EXPECT_EQ(compute_capability_of("cpu: AMD EPYC"), "");
+  EXPECT_EQ(compute_capability_of("NVIDIA A100 (cc 8.0) spare"), "");
+}
+
+// Tables of other devices with the same compute capability are found, in the dtype or the one
+// of the same width; this device's own table and other architectures' are not.
+TEST_F(LibraryChoiceTest, SameArchitectureTablesAreTheSiblingsOnly) {
+  const DeviceInfo h100 = cuda_device("NVIDIA H100", 9, 0);
+  write_device_table("NVIDIA H200 (cc 9.0)", DType::bf16, {{1024, 1024}, {4096, 4096}}, 30);
+  write_device_table("NVIDIA H100 (cc 9.0)", DType::bf16, {{1024, 1024}}, 30);
+  write_device_table("NVIDIA A100 (cc 8.0)", DType::bf16, {{1024, 1024}}, 30);
+  auto tables = same_architecture_tables("rmsnorm", DType::bf16, h100);
+  ASSERT_EQ(tables.size(), 1u);
+  EXPECT_EQ(tables[0].device, "NVIDIA H200 (cc 9.0)");
+  EXPECT_EQ(tables[0].rows, 2u);
+  EXPECT_EQ(tables[0].variants, 2u);
+  EXPECT_DOUBLE_EQ(tables[0].tune_seconds, 60);
+  EXPECT_EQ(tables[0].evaluations, 20u);
+  tables = same_architecture_tables("rmsnorm", DType::f16, h100);  // borrows bf16's width
+  ASSERT_EQ(tables.size(), 1u);
+  EXPECT_EQ(tables[0].dtype, DType::bf16);
+  EXPECT_TRUE(same_architecture_tables("rmsnorm", DType::f32, h100).empty());
+  EXPECT_TRUE(same_architecture_tables("rmsnorm", DType::bf16, cpu_device_info()).empty());
+  const json table = read_tuned_table(tables[0].path);
+  const json* row = nearest_table_row(table, mn(3000, 5000));
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(row->at("shape"), "4096x4096");
+}
+
+// A device with no table is told what it runs and how to get a table: tune now (estimated from
+// the sibling's recorded seconds per evaluation) or adopt the sibling's table. A choice from a
+// table gets no offer.
+TEST_F(LibraryChoiceTest, UntunedDeviceGetsTheOfferWithEstimates) {
+  const DeviceInfo h100 = cuda_device("NVIDIA H100", 9, 0);
+  const OpSpec& op = *find_op("rmsnorm");
+  LibraryChoice none;
+  none.file = kernel("rmsnorm_cpu.cpp");
+  ASSERT_TRUE(none.untuned_device());
+  std::string offer = untuned_offer(op, DType::bf16, h100, none);
+  EXPECT_NE(offer.find("no tuned table for rmsnorm in bf16 on NVIDIA H100 (cc 9.0)"),
+            std::string::npos)
+      << offer;
+  EXPECT_NE(offer.find("kforge tune rmsnorm --sizes all --dtype bf16 --budget 24"),
+            std::string::npos);
+  EXPECT_NE(offer.find("1.5 s each, assumed"), std::string::npos) << offer;
+  EXPECT_NE(offer.find("no table of a device with the same architecture"), std::string::npos);
+
+  write_device_table("NVIDIA H200 (cc 9.0)", DType::bf16, {{1024, 1024}, {4096, 4096}}, 30);
+  offer = untuned_offer(op, DType::bf16, h100, none);
+  EXPECT_NE(offer.find("3.0 s each, as tuning the NVIDIA H200 (cc 9.0) table took"),
+            std::string::npos)
+      << offer;
+  EXPECT_NE(offer.find("--adopt \"NVIDIA H200 (cc 9.0)\""), std::string::npos) << offer;
+
+  LibraryChoice tuned = none;
+  tuned.table = "some-table.json";
+  tuned.source = LibraryChoice::Source::exact_size;
+  EXPECT_FALSE(tuned.untuned_device());
+  EXPECT_EQ(untuned_offer(op, DType::bf16, h100, tuned), "");
+  tuned.tuned_shape = "4096x4096";
+  tuned.adopted_from = "NVIDIA H200 (cc 9.0)";
+  EXPECT_EQ(tuned.describe(),
+            "tuned at 4096x4096, adopted from the NVIDIA H200 (cc 9.0) table, checked and timed "
+            "here");
+}
+
 TEST_F(LibraryChoiceTest, MalformedTableThrowsAnErrorNamingIt) {
   const fs::path table = write_table({});
   const auto choose_big = [&] { choose(mn(4096, 4096)); };

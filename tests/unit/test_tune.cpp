@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/process.h"
+#include "device/launch_limits.h"
 #include "ops/op_spec.h"
 #include "test_support.h"
 #include "tune/occupancy.h"
@@ -154,6 +155,30 @@ TEST(SearchSpace, LaunchLimitsBeforeCompiling) {
   const SearchSpace old = SearchSpace::solve({&f}, context_for(ampere), ampere);
   // CLUSTER = 2 and 16, with each of the 6 (THREADS, TILE) pairs that fit.
   EXPECT_EQ(old.pruned().at("thread-block clusters need compute capability 9.0"), 12);
+}
+
+// `prune:` narrows the search like `require:`, but a variant asked for by name (the defaults
+// at any size) is not refused for it; the library's reuse of a row at another size does check it.
+TEST(SearchSpace, PruneNarrowsTheSearchButRefusesNoNamedVariant) {
+  const KernelFile f = kernel(
+      " * param: BLOCK = 64 in {64, 128, 256}\n"
+      " * param: VEC = 2 in {2, 4, 8}\n"
+      " * prune: BLOCK * VEC >= N\n");
+  ASSERT_EQ(f.requirements.size(), 1u);
+  EXPECT_TRUE(f.requirements[0].pruning_only);
+  const Bindings at_1024 = context_for(hopper(), {{"M", 64}, {"N", 1024}});
+  const SearchSpace space = SearchSpace::solve({&f}, at_1024, hopper());
+  // BLOCK * VEC >= 1024: (128, 8), (256, 4), (256, 8).
+  EXPECT_EQ(space.size(), 3u);
+  EXPECT_EQ(space.pruned().begin()->first, "prune 'BLOCK * VEC >= N' (line 7)");
+  EXPECT_FALSE(space.default_point(0).has_value());
+
+  Bindings defaults = at_1024;
+  defaults["BLOCK"] = 64;
+  defaults["VEC"] = 2;
+  EXPECT_EQ(first_violation(f, defaults, hopper()), "");
+  EXPECT_EQ(first_violation(f, defaults, hopper(), true),
+            "prune 'BLOCK * VEC >= N' (line 7) does not hold");
 }
 
 TEST(SearchSpace, UnknownNameIsAUsageError) {
