@@ -2,9 +2,8 @@
 
 #include <unistd.h>
 
-#include <chrono>
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -349,42 +348,44 @@ std::vector<const OpSpec*> target_ops(const std::string& target) {
 fs::path adopted_table_path(const std::string& adopt, const OpSpec& op, DType dtype) {
   if (fs::is_regular_file(adopt)) return adopt;
   const std::string name(op.name());
-  fs::path path = tuned_table_path(name, dtype, adopt);
-  if (!fs::exists(path)) {
-    for (const DType other : {DType::bf16, DType::f16}) {
-      if (other != dtype && dtype_size(other) == dtype_size(dtype) &&
-          fs::exists(tuned_table_path(name, other, adopt))) {
-        path = tuned_table_path(name, other, adopt);
-      }
-    }
-  }
-  if (!fs::exists(path)) {
-    throw UsageError(fmt::format("--adopt {}: no such table file, and no {} table for {} at {}",
-                                 adopt, dtype_name(dtype), name, path.string()));
-  }
-  return path;
+  if (const auto location = find_tuned_table(name, dtype, adopt)) return location->path;
+  throw UsageError(fmt::format("--adopt {}: no such table file, and no {} table for {} at {}",
+                               adopt, dtype_name(dtype), name,
+                               tuned_table_path(name, dtype, adopt).string()));
 }
 
-// Where a tune of `op` starts: with --adopt, the adopted table's nearest row alone; otherwise
-// the nearest rows of this device's own table and of the tables of devices with the same
-// architecture (a re-tune climbs from the current row; a new device from its sibling's).
-std::vector<TuneStart> tune_starts(const TuneFlags& flags, const OpSpec& op, DType dtype,
-                                   const Sizes& sizes, const DeviceInfo* device) {
-  std::vector<std::pair<fs::path, std::string>> tables;  // path, what to call it
+// A table a tune starts from, read once per op, and what to call it.
+struct StartTable {
+  nlohmann::json table;
+  std::string label;  // "this device's table", "the NVIDIA H200 (cc 9.0) table"
+};
+
+// The tables a tune of `op` starts from: with --adopt, the adopted table alone; otherwise this
+// device's own table and the tables of devices with the same architecture (a re-tune climbs
+// from the current row; a new device from its sibling's).
+std::vector<StartTable> start_tables(const TuneFlags& flags, const OpSpec& op, DType dtype,
+                                     const DeviceInfo* device) {
+  std::vector<StartTable> tables;
   if (!flags.adopt.empty()) {
     const fs::path path = adopted_table_path(flags.adopt, op, dtype);
-    tables.emplace_back(path, fmt::format("the {} table", read_tuned_table(path).value(
-                                                              "device", path.filename().string())));
+    nlohmann::json table = read_tuned_table(path);
+    const std::string label =
+        fmt::format("the {} table", table.value("device", path.filename().string()));
+    tables.push_back({std::move(table), label});
   } else if (!flags.no_starts && device) {
     const std::string name(op.name());
     if (const fs::path own = tuned_table_path(name, dtype, device_key(*device)); fs::exists(own))
-      tables.emplace_back(own, "this device's table");
-    for (const auto& t : same_architecture_tables(name, dtype, *device))
-      tables.emplace_back(t.path, fmt::format("the {} table", t.device));
+      tables.push_back({read_tuned_table(own), "this device's table"});
+    for (auto& t : same_architecture_tables(name, dtype, *device))
+      tables.push_back({std::move(t.table), fmt::format("the {} table", t.device)});
   }
+  return tables;
+}
+
+// The nearest row of each start table to `sizes`, as a start point.
+std::vector<TuneStart> starts_at(const std::vector<StartTable>& tables, const Sizes& sizes) {
   std::vector<TuneStart> starts;
-  for (const auto& [path, label] : tables) {
-    const nlohmann::json table = read_tuned_table(path);
+  for (const auto& [table, label] : tables) {
     const nlohmann::json* row = nearest_table_row(table, sizes);
     if (!row) continue;
     TuneStart s;
@@ -557,15 +558,14 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
     for (const auto& f : t.files)
       file_ptrs.push_back(&f);
     nlohmann::json table = nlohmann::json::array();
+    const std::vector<StartTable> tables =
+        start_tables(flags, op, dtype, worker ? &worker->device() : nullptr);
     const std::string adopted_device =
-        flags.adopt.empty()
-            ? std::string()
-            : read_tuned_table(adopted_table_path(flags.adopt, op, dtype)).value("device", "?");
+        flags.adopt.empty() ? std::string() : tables.front().table.value("device", "?");
     for (const Sizes& sizes : t.problems) {
       const TuneProblem problem{&op, sizes, dtype};
       TuneOptions problem_options = options;
-      problem_options.starts =
-          tune_starts(flags, op, dtype, sizes, worker ? &worker->device() : nullptr);
+      problem_options.starts = starts_at(tables, sizes);
       progress_line(sweep.begin(fmt::format(
           "tuning {} over {} file(s), strategy {}{}", problem.key(), t.files.size(),
           problem_options.strategy,

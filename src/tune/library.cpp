@@ -228,13 +228,10 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
   choice.file = library_kernels_dir() / starter_kernel(op.name(), backend == "cuda");
 
   // The dtype's own table, else one of the same element size (see library.h).
-  DType table_dtype = dtype;
-  fs::path table_path = tuned_table_path(std::string(op.name()), dtype, device_key(device));
-  if (const auto partner = same_width_dtype(dtype); partner && !fs::exists(table_path)) {
-    table_dtype = *partner;
-    table_path = tuned_table_path(std::string(op.name()), *partner, device_key(device));
-  }
-  if (!fs::exists(table_path)) return choice;
+  const auto location = find_tuned_table(std::string(op.name()), dtype, device_key(device));
+  if (!location) return choice;
+  const DType table_dtype = location->dtype;
+  const fs::path& table_path = location->path;
   choice.table = table_path;
   if (table_dtype != dtype) choice.borrowed_from = table_dtype;
   const nlohmann::json table = read_tuned_table(table_path);
@@ -278,6 +275,17 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
   return choice;
 }
 
+std::optional<TableLocation> find_tuned_table(const std::string& op, DType dtype,
+                                              const std::string& device_key) {
+  if (fs::path path = tuned_table_path(op, dtype, device_key); fs::exists(path))
+    return TableLocation{std::move(path), dtype};
+  if (const auto partner = same_width_dtype(dtype)) {
+    if (fs::path path = tuned_table_path(op, *partner, device_key); fs::exists(path))
+      return TableLocation{std::move(path), *partner};
+  }
+  return std::nullopt;
+}
+
 std::string compute_capability_of(const std::string& device_key) {
   const auto open = device_key.rfind("(cc ");
   if (open == std::string::npos || device_key.back() != ')') return "";
@@ -297,33 +305,36 @@ std::vector<SameArchitectureTable> same_architecture_tables(const std::string& o
     if (entry.path().extension() == ".json") paths.push_back(entry.path());
   }
   std::sort(paths.begin(), paths.end());
-  std::vector<DType> dtypes = {dtype};
-  if (const auto partner = same_width_dtype(dtype)) dtypes.push_back(*partner);
-  for (const DType d : dtypes) {
-    for (const auto& path : paths) {
-      const nlohmann::json table = read_tuned_table(path);
-      const std::string device_of = table.value("device", std::string());
-      if (table.value("op", std::string()) != op ||
-          table.value("dtype", std::string()) != dtype_name(d) || device_of == own ||
-          compute_capability_of(device_of) != cc) {
-        continue;
-      }
-      SameArchitectureTable t{path, device_of, d};
-      std::vector<std::pair<nlohmann::json, nlohmann::json>> variants;
-      for (const auto& row : table.at("sizes")) {
-        if (!row.contains("file") || row.at("file").is_null()) continue;
-        ++t.rows;
-        std::pair v{row.at("file"), row.value("params", nlohmann::json::object())};
-        if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
-        if (row.contains("tune_seconds") && row.contains("evaluations")) {
-          t.tune_seconds += row.at("tune_seconds").get<double>();
-          t.evaluations += row.at("evaluations").get<size_t>();
-        }
-      }
-      t.variants = variants.size();
-      if (t.rows > 0) out.push_back(std::move(t));
+  const auto partner = same_width_dtype(dtype);
+  for (const auto& path : paths) {
+    nlohmann::json table = read_tuned_table(path);
+    const std::string device_of = table.value("device", std::string());
+    const auto table_dtype = parse_dtype(table.value("dtype", std::string()));
+    if (table.value("op", std::string()) != op || !table_dtype ||
+        (*table_dtype != dtype && table_dtype != partner) || device_of == own ||
+        compute_capability_of(device_of) != cc) {
+      continue;
     }
+    SameArchitectureTable t{path, {}, device_of, *table_dtype};
+    std::vector<std::pair<nlohmann::json, nlohmann::json>> variants;
+    for (const auto& row : table.at("sizes")) {
+      if (!row.contains("file") || row.at("file").is_null()) continue;
+      ++t.rows;
+      std::pair v{row.at("file"), row.value("params", nlohmann::json::object())};
+      if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
+      if (row.contains("tune_seconds") && row.contains("evaluations")) {
+        t.tune_seconds += row.at("tune_seconds").get<double>();
+        t.evaluations += row.at("evaluations").get<size_t>();
+      }
+    }
+    t.variants = variants.size();
+    t.table = std::move(table);
+    if (t.rows > 0) out.push_back(std::move(t));
   }
+  // The problem's own dtype first.
+  std::stable_sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+    return (a.dtype == dtype) > (b.dtype == dtype);
+  });
   return out;
 }
 

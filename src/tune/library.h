@@ -37,6 +37,16 @@ std::vector<KernelFile> library_files(const std::string& op, const std::string& 
 std::filesystem::path tuned_table_path(const std::string& op, DType dtype,
                                        const std::string& device_key);
 
+// The library's table of `op` for the device `device_key` in `dtype`, else in the dtype of the
+// same width (f16 <-> bf16): where it is and which dtype it was tuned in. Nothing when neither
+// exists.
+struct TableLocation {
+  std::filesystem::path path;
+  DType dtype = DType::bf16;
+};
+std::optional<TableLocation> find_tuned_table(const std::string& op, DType dtype,
+                                              const std::string& device_key);
+
 // A size -> variant table: {op, dtype, device, strategy, git_sha, recorded_at, sizes: rows}, a
 // row being {shape, sizes, file, params, variant_key, time_us, final_check, git_sha,
 // recorded_at, tune_seconds?, evaluations?, adopted_from?, checks?}, or {shape, sizes, file:
@@ -100,7 +110,8 @@ std::string compute_capability_of(const std::string& device_key);
 // variants are valid here, but their speed is not known until they are timed here.
 struct SameArchitectureTable {
   std::filesystem::path path;
-  std::string device;  // the device key it was tuned on
+  nlohmann::json table;  // as read from `path`
+  std::string device;    // the device key it was tuned on
   DType dtype = DType::bf16;
   size_t rows = 0;          // sizes with a variant
   size_t variants = 0;      // distinct variants among them
@@ -108,8 +119,8 @@ struct SameArchitectureTable {
   size_t evaluations = 0;   // evaluations, summed over the same rows
 };
 
-// Tables of `op` for other CUDA devices with `device`'s compute capability, in `dtype` or the
-// dtype of the same width; this device's own tables are not among them.
+// Tables of `op` for other CUDA devices with `device`'s compute capability, in `dtype` first,
+// then in the dtype of the same width; this device's own tables are not among them.
 std::vector<SameArchitectureTable> same_architecture_tables(const std::string& op, DType dtype,
                                                             const DeviceInfo& device);
 

@@ -130,22 +130,20 @@ TEST(Fusion, RmsNormChainEagerAttentionAndLossOutsideModules) {
 
 TEST(Fusion, ResidualAddJoinsTheNormThatReadsItAndACastJoinsItsConsumer) {
   ProfileBuilder b;
+  const auto layer_norm = [&b] {
+    b.open(
+        "module::LayerNorm, sizes = [[4, 256, 512], [512], [512]], types = [c10::BFloat16, "
+        "c10::BFloat16, c10::BFloat16]");
+    b.op("layer_norm", "[[4, 256, 512], [], [512], [512], [], []]", 6,
+         "vectorized_layer_norm_kernel");
+    b.close();
+  };
   b.open("module::Layer, sizes = [[4, 256, 512]], types = [c10::BFloat16]");
   b.op("add", "[[4, 256, 512], [4, 256, 512], []]", 7);
-  b.open(
-      "module::LayerNorm, sizes = [[4, 256, 512], [512], [512]], types = [c10::BFloat16, "
-      "c10::BFloat16, c10::BFloat16]");
-  b.op("layer_norm", "[[4, 256, 512], [], [512], [512], [], []]", 6,
-       "vectorized_layer_norm_kernel");
-  b.close();
+  layer_norm();
   // An add of another shape before a norm stays other.
   b.op("add", "[[4, 256, 1], [4, 256, 1], []]", 2);
-  b.open(
-      "module::LayerNorm, sizes = [[4, 256, 512], [512], [512]], types = [c10::BFloat16, "
-      "c10::BFloat16, c10::BFloat16]");
-  b.op("layer_norm", "[[4, 256, 512], [], [512], [512], [], []]", 6,
-       "vectorized_layer_norm_kernel");
-  b.close();
+  layer_norm();
   b.close();
   b.op("to", "[[4, 256, 32000], [], [], [], []]", 40, "unrolled_elementwise_kernel");
   b.op("fill_", "[[4, 257], []]", 1);  // the labels shifted in between
