@@ -92,6 +92,7 @@
 #include "kforge/bulk_copy.cuh"
 #include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
+#include "kforge/fast_exp.cuh"
 #include "kforge/row_group.cuh"
 
 namespace {
@@ -101,7 +102,6 @@ constexpr int kWarps = BLOCK_THREADS / kWarpSize;
 constexpr int kRowGroups = kWarps / WARPS_PER_ROW;  // groups per block
 constexpr int kGroupThreads = WARPS_PER_ROW * kWarpSize;
 constexpr bool kStreamingHints = CACHE_HINTS != 0;
-constexpr float kLog2e = 1.4426950408889634f;
 
 static_assert(kWarps % WARPS_PER_ROW == 0, "a block holds whole groups");
 static_assert(WARPS_PER_ROW == 1 || kRowGroups <= 15, "named barriers 1..15, one per group");
@@ -112,19 +112,12 @@ static_assert(2 * kWarps * sizeof(float) + 2 * STAGES * sizeof(uint64_t) <=
               "static shared memory stays within the reserve the stage plan leaves");
 
 using kf::ElemPack;
+using kf::exp_nonpositive;
 using kf::load_bits;
 using kf::store;
 using kf::store_bits;
 using kf_bulk::GroupReduce;
 using kf_bulk::RowSplit;
-
-// exp(v) for v = x - max <= 0: one MUFU ex2. Flushes results below FLT_MIN to 0, far below
-// any tolerance of an output in [0, 1].
-__device__ __forceinline__ float exp_of_shifted(float v) {
-  float e;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v * kLog2e));
-  return e;
-}
 
 // One row whose exps fit in registers: n <= kExpPacks * kVec * kThreads, so this thread's
 // packs are p = t + i * kThreads for i < kExpPacks. By the kThreads threads of a group (this
@@ -174,17 +167,17 @@ __device__ __forceinline__ void softmax_row_in_registers(const kf_elem* x_row, k
     if (t + i * kThreads < split.packs) {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        e[i][k] = exp_of_shifted(e[i][k] - row_max);
+        e[i][k] = exp_nonpositive(e[i][k] - row_max);
         local_sum += e[i][k];
       }
     }
   }
   if (has_head) {
-    e_head = exp_of_shifted(e_head - row_max);
+    e_head = exp_nonpositive(e_head - row_max);
     local_sum += e_head;
   }
   if (has_tail) {
-    e_tail = exp_of_shifted(e_tail - row_max);
+    e_tail = exp_nonpositive(e_tail - row_max);
     local_sum += e_tail;
   }
   // The row's maximum contributes exp(0) = 1, so the sum is at least 1.
@@ -244,19 +237,19 @@ __device__ __forceinline__ void softmax_row_three_pass(const kf_elem* x_row, kf_
     Pack xp = load_bits(x_packs + p);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
-      const float e = exp_of_shifted(kf_to_float(xp.v[k]) - row_max);
+      const float e = exp_nonpositive(kf_to_float(xp.v[k]) - row_max);
       local_sum += e;
       if constexpr (kExpInPlace) xp.v[k] = e;
     }
     if constexpr (kExpInPlace) store_bits(e_packs + p, xp);
   }
   if (has_head) {
-    const float e = exp_of_shifted(kf_to_float(x_row[t]) - row_max);
+    const float e = exp_nonpositive(kf_to_float(x_row[t]) - row_max);
     local_sum += e;
     if constexpr (kExpInPlace) x_row_mutable[t] = e;
   }
   if (has_tail) {
-    const float e = exp_of_shifted(kf_to_float(x_row[tail]) - row_max);
+    const float e = exp_nonpositive(kf_to_float(x_row[tail]) - row_max);
     local_sum += e;
     if constexpr (kExpInPlace) x_row_mutable[tail] = e;
   }
@@ -266,7 +259,7 @@ __device__ __forceinline__ void softmax_row_three_pass(const kf_elem* x_row, kf_
 
   // Pass 3: y = e / sum.
   const auto e_of = [&](kf_elem x) {
-    return kExpInPlace ? kf_to_float(x) : exp_of_shifted(kf_to_float(x) - row_max);
+    return kExpInPlace ? kf_to_float(x) : exp_nonpositive(kf_to_float(x) - row_max);
   };
 #pragma unroll 4
   for (int p = t; p < split.packs; p += kThreads) {

@@ -47,6 +47,9 @@
 // tail. That needs x and y to be equally misaligned, which holds whenever both bases are
 // VEC-aligned; when they are not, the whole row is read with scalar accesses (two-pass).
 //
+// Every exp is kf::exp_nonpositive (its argument is x - max <= 0): one FMUL and one MUFU op
+// where expf takes about eight instructions; the two-pass read takes two exps per element.
+//
 // The result is deterministic: each thread combines its elements in a fixed order and the
 // reductions combine fixed partners; no atomics.
 //
@@ -78,6 +81,7 @@
 
 #include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
+#include "kforge/fast_exp.cuh"
 
 namespace {
 
@@ -97,6 +101,7 @@ static_assert(VEC <= kGroupThreads, "a row's scalar head and tail take one pass 
 static_assert(ROW_PACKS >= 0 && UNROLL >= 1, "ROW_PACKS counts packs, UNROLL counts loads");
 
 using kf::ElemPack;
+using kf::exp_nonpositive;
 using kf::load;
 using kf::store;
 
@@ -138,10 +143,10 @@ struct MaxSum {
 
 __device__ __forceinline__ void add_element(MaxSum& acc, float v) {
   if (v > acc.max) {
-    acc.sum *= expf(acc.max - v);
+    acc.sum *= exp_nonpositive(acc.max - v);
     acc.max = v;
   }
-  acc.sum += expf(v - acc.max);
+  acc.sum += exp_nonpositive(v - acc.max);
 }
 
 template <int kVec>
@@ -158,12 +163,12 @@ __device__ __forceinline__ void add_pack(MaxSum& acc, const ElemPack<kVec>& pack
     pack_max = fmaxf(pack_max, v[k]);
   }
   if (pack_max > acc.max) {
-    acc.sum *= expf(acc.max - pack_max);
+    acc.sum *= exp_nonpositive(acc.max - pack_max);
     acc.max = pack_max;
   }
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    acc.sum += expf(v[k] - acc.max);
+    acc.sum += exp_nonpositive(v[k] - acc.max);
   }
 }
 
@@ -176,7 +181,7 @@ __device__ __forceinline__ MaxSum warp_merge(MaxSum acc) {
   for (int offset = kLanes / 2; offset > 0; offset /= 2) {
     max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
   }
-  float sum = acc.sum * expf(acc.max - max);
+  float sum = acc.sum * exp_nonpositive(acc.max - max);
   for (int offset = kLanes / 2; offset > 0; offset /= 2) {
     sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   }
@@ -254,13 +259,13 @@ __device__ __forceinline__ ElemPack<kVec> softmax_pack(const ElemPack<kVec>& xp,
   ElemPack<kVec> yp;
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
-    yp.v[k] = kf_from_float<kf_elem>(expf(kf_to_float(xp.v[k]) - row_max) * inv_sum);
+    yp.v[k] = kf_from_float<kf_elem>(exp_nonpositive(kf_to_float(xp.v[k]) - row_max) * inv_sum);
   }
   return yp;
 }
 
 __device__ __forceinline__ kf_elem softmax_element(float x, float row_max, float inv_sum) {
-  return kf_from_float<kf_elem>(expf(x - row_max) * inv_sum);
+  return kf_from_float<kf_elem>(exp_nonpositive(x - row_max) * inv_sum);
 }
 
 // Launch bounds: registers stay within what MIN_BLOCKS blocks of BLOCK_THREADS may hold
@@ -347,13 +352,13 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
         if (thread_in_group + i * kGroupThreads < packs) {
 #pragma unroll
           for (int k = 0; k < kVec; ++k) {
-            local_sum += expf(kf_to_float(xs[i].v[k]) - row_max);
+            local_sum += exp_nonpositive(kf_to_float(xs[i].v[k]) - row_max);
           }
         }
       }
     }
-    if (has_head) local_sum += expf(x_head - row_max);
-    if (has_tail) local_sum += expf(x_tail - row_max);
+    if (has_head) local_sum += exp_nonpositive(x_head - row_max);
+    if (has_tail) local_sum += exp_nonpositive(x_tail - row_max);
     const float row_sum = group_sum(local_sum, group);
     if (!has_row) return;
 
