@@ -65,6 +65,42 @@ void fix_params(std::vector<KernelFile>& files, const ParamValues& fixed) {
   }
 }
 
+// --start FILE:NAME=V,NAME=V: FILE is one of the tuned files and every NAME one of its
+// tunables, so that a typo is an error here rather than a start skipped later.
+std::vector<TuneStart> given_starts(const std::vector<std::string>& items,
+                                    const std::vector<KernelFile>& files) {
+  std::vector<TuneStart> starts;
+  for (const auto& item : items) {
+    const size_t colon = item.find(':');
+    TuneStart s;
+    s.file = item.substr(0, colon);
+    const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
+      return f.path.filename().string() == s.file;
+    });
+    if (colon == std::string::npos || file == files.end()) {
+      throw UsageError(fmt::format(
+          "--start {}: expected FILE:NAME=VALUE,... with FILE one of the tuned files", item));
+    }
+    std::vector<std::string> assignments;
+    for (size_t begin = colon + 1; begin <= item.size();) {
+      const size_t end = std::min(item.find(',', begin), item.size());
+      if (end > begin) assignments.push_back(item.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    s.tunables = parse_params(assignments);
+    for (const auto& [name, value] : s.tunables) {
+      const bool declared = std::any_of(file->params.begin(), file->params.end(),
+                                        [&](const auto& p) { return p.name == name; });
+      if (!declared) {
+        throw UsageError(fmt::format("--start {}: {} has no tunable {}", item, s.file, name));
+      }
+    }
+    s.origin = fmt::format("--start {}", item);
+    starts.push_back(std::move(s));
+  }
+  return starts;
+}
+
 const KernelFile* file_of(const std::vector<KernelFile>& files, const std::string& name) {
   for (const auto& f : files) {
     if (f.path.filename().string() == name) return &f;
@@ -317,6 +353,10 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   tune->add_flag("--no-starts", flags.no_starts,
                  "Start from the files' defaults, not from the rows of this device's table and "
                  "of same-architecture devices' tables");
+  tune->add_option("--start", flags.starts,
+                   "FILE:NAME=VALUE,NAME=VALUE: a variant every strategy evaluates first (the "
+                   "other tunables take the file's defaults; repeatable), e.g. a point someone "
+                   "found by hand; with --strategy given, only these and the defaults");
   tune->add_option("--check-dtypes", flags.check_dtypes,
                    "With --sizes all: check the written table's variants in these dtypes too "
                    "(five stages each), so that they may borrow it");
@@ -565,13 +605,15 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
     for (const Sizes& sizes : t.problems) {
       const TuneProblem problem{&op, sizes, dtype};
       TuneOptions problem_options = options;
-      problem_options.starts = starts_at(tables, sizes);
+      problem_options.starts = given_starts(flags.starts, t.files);
+      for (TuneStart& s : starts_at(tables, sizes))
+        problem_options.starts.push_back(std::move(s));
       progress_line(sweep.begin(fmt::format(
           "tuning {} over {} file(s), strategy {}{}", problem.key(), t.files.size(),
           problem_options.strategy,
           problem_options.starts.empty()
               ? std::string()
-              : fmt::format(", {} start(s) from tables", problem_options.starts.size()))));
+              : fmt::format(", {} start(s) given or from tables", problem_options.starts.size()))));
       TuneReport report;
       {
         ProgressBar bar;

@@ -398,7 +398,7 @@ const std::vector<StrategyInfo>& strategies() {
       {"random", "uniform sampling without replacement"},
       {"local", "iterated local search from the defaults: climb neighbours, jump when stuck"},
       {"evolution", "steady-state evolutionary search: crossover and mutation of the best"},
-      {"given", "the start points only (another device's table rows: --adopt)"},
+      {"given", "the start points only (--start, or another device's table rows with --adopt)"},
   };
   return list;
 }
