@@ -29,6 +29,7 @@
 #include "check/sanitizer.h"
 #include "cli/build_command.h"
 #include "cli/common.h"
+#include "cli/export_command.h"
 #include "cli/import_command.h"
 #include "cli/plan_command.h"
 #include "cli/profile_command.h"
@@ -64,15 +65,10 @@ int cmd_devices(bool json) {
 
 int cmd_ops() {
   for (const OpSpec* op : all_ops()) {
-    std::vector<std::string> sig;
-    for (const auto& t : op->tensors()) {
-      sig.push_back(
-          fmt::format("{}{}[{}]", t.is_output ? "-> " : "", t.name, fmt::join(t.dims, ",")));
-    }
     std::vector<std::string_view> dtypes;
     for (const DType d : op->dtypes())
       dtypes.push_back(dtype_name(d));
-    fmt::print("{:<10} {}  ({})  dtypes {}  default {}\n", op->name(), fmt::join(sig, " "),
+    fmt::print("{:<10} {}  ({})  dtypes {}  default {}\n", op->name(), op->signature(),
                op->formula(), fmt::join(dtypes, ","), op->format_shape(op->default_size()));
   }
   return 0;
@@ -360,6 +356,8 @@ int main(int argc, char** argv) {
 
   BuildFlags build_flags;
   auto* build = add_build_command(app, build_flags, device_flags);
+  ExportFlags export_flags;
+  auto* export_cmd = add_export_command(app, export_flags, device_flags);
 
   ProfileFlags profile_flags;
   auto* profile = add_profile_command(app, profile_flags);
@@ -395,6 +393,7 @@ int main(int argc, char** argv) {
     if (*bench) return cmd_bench(bench_flags, device_flags, args);
     if (*tune) return cmd_tune(tune_flags, device_flags, args);
     if (*build) return cmd_build(build_flags, device_flags, args);
+    if (*export_cmd) return cmd_export(export_flags, device_flags, args);
     if (*profile) return cmd_profile(profile_flags, args);
     if (*plan) return cmd_plan(plan_flags, args);
     if (*import_torch_trace) return cmd_import_torch_trace(torch_trace_flags, args);

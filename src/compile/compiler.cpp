@@ -22,6 +22,20 @@
 
 namespace kforge {
 namespace fs = std::filesystem;
+
+std::string elem_macro_name(DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+      return "KF_ELEM_F16";
+    case DType::bf16:
+      return "KF_ELEM_BF16";
+    case DType::f32:
+      return "KF_ELEM_F32";
+    default:
+      throw UsageError(fmt::format("kernels are not compiled for {}", dtype_name(dtype)));
+  }
+}
+
 namespace {
 
 std::string read_file(const fs::path& path) {
@@ -48,16 +62,7 @@ std::string gencode_for(const std::string& arch) {
 }
 
 std::string elem_macro(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return "-DKF_ELEM_F16";
-    case DType::bf16:
-      return "-DKF_ELEM_BF16";
-    case DType::f32:
-      return "-DKF_ELEM_F32";
-    default:
-      throw UsageError(fmt::format("kernels are not compiled for {}", dtype_name(dtype)));
-  }
+  return "-D" + elem_macro_name(dtype);
 }
 
 std::string find_nvcc() {

@@ -60,6 +60,8 @@ std::filesystem::path default_cache_dir();
 std::filesystem::path default_include_dir();
 // The library's kernel files (kernels/<op>/...), beside include/ in the source tree.
 std::filesystem::path library_kernels_dir();
+// The macro a kernel file is compiled with for `dtype` ("KF_ELEM_BF16", see elem_cuda.cuh).
+std::string elem_macro_name(DType dtype);
 
 class Compiler {
  public:

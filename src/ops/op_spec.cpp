@@ -236,4 +236,13 @@ bool OpSpec::supports(DType dtype) const {
   return std::find(d.begin(), d.end(), dtype) != d.end();
 }
 
+std::string OpSpec::signature() const {
+  std::vector<std::string> parts;
+  for (const auto& t : tensors()) {
+    parts.push_back(
+        fmt::format("{}{}[{}]", t.is_output ? "-> " : "", t.name, fmt::join(t.dims, ",")));
+  }
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
 }  // namespace kforge

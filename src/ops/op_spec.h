@@ -144,6 +144,8 @@ class OpSpec {
   // given); throws UsageError naming the expected form.
   Sizes parse_shape(std::string_view text) const;
   std::string format_shape(const Sizes& sizes) const;
+  // "x[M,N] weight[N] -> y[M,N]"
+  std::string signature() const;
   bool supports(DType dtype) const;
 };
 

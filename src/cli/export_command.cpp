@@ -1,0 +1,175 @@
+#include "cli/export_command.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/json_file.h"
+#include "core/run_info.h"
+#include "device/ceilings.h"
+#include "export/export_target.h"
+#include "ops/op_spec.h"
+#include "run/worker_client.h"
+#include "tune/library.h"
+#include "tune/results_db.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+
+CLI::App* add_export_command(CLI::App& app, ExportFlags& flags, DeviceFlags& device) {
+  auto* cmd = app.add_subcommand(
+      "export", "Write the library's tuned kernels for a device out of kforge (docs/export.md)");
+  cmd->add_option("ops", flags.ops,
+                  "Ops (see `kforge ops`), or 'all': every op with a tuned table for the device");
+  std::vector<std::string> names;
+  for (const ExportTarget* t : export_targets())
+    names.push_back(std::string(t->name()));
+  cmd->add_option("--target", flags.target, "Export target")
+      ->check(CLI::IsMember(names))
+      ->capture_default_str();
+  cmd->add_option("--dtype", flags.dtypes, "f16, bf16 or f32 (repeatable; default: bf16)");
+  cmd->add_option("--plan", flags.plan_path,
+                  "A plan (`kforge plan PROFILE --json FILE`): export its ops at the shapes the "
+                  "model runs, besides the tables' sizes");
+  cmd->add_option("--shape", flags.shapes, "OP:SHAPE, e.g. rmsnorm:4096x4096 (repeatable)");
+  cmd->add_flag("--no-table-sizes", flags.no_table_sizes,
+                "Only the sizes of --plan and --shape, not every size of the tuned tables");
+  cmd->add_option("--ceilings", flags.ceilings_path,
+                  "The device to export for, from `kforge ceilings --json FILE` on it (default: "
+                  "this machine's GPU)");
+  cmd->add_option("--arch", flags.arch, "GPU architecture, e.g. sm_90a (default: the device's)");
+  cmd->add_option("--out", flags.out, "Directory to write (must not exist, or be empty)")
+      ->required();
+  add_device_flags(cmd, device);
+  return cmd;
+}
+
+namespace {
+
+// The device an export is for: the ceilings file's, else this machine's GPU.
+DeviceInfo export_device(const ExportFlags& flags, const DeviceFlags& device) {
+  if (!flags.ceilings_path.empty()) {
+    const Ceilings c = read_ceilings_file(flags.ceilings_path);
+    if (!c.raw.contains("device") || !c.raw.at("device").is_object()) {
+      throw UsageError(fmt::format("{} names no device", flags.ceilings_path));
+    }
+    return c.raw.at("device").get<DeviceInfo>();
+  }
+  WorkerClient worker({"cuda", device.device});
+  return worker.device();
+}
+
+std::vector<const OpSpec*> requested_ops(const ExportFlags& flags, const DeviceInfo& device,
+                                         const std::vector<DType>& dtypes) {
+  std::vector<const OpSpec*> ops;
+  for (const std::string& item : flags.ops) {
+    if (item == "all") {
+      for (const OpSpec* op : all_ops()) {
+        const bool tuned = std::any_of(dtypes.begin(), dtypes.end(), [&](DType d) {
+          return find_tuned_table(std::string(op->name()), d, device_key(device)).has_value();
+        });
+        if (tuned && std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+      }
+      continue;
+    }
+    size_t begin = 0;
+    while (begin <= item.size()) {
+      const size_t end = std::min(item.find(',', begin), item.size());
+      const std::string name = item.substr(begin, end - begin);
+      const OpSpec* op = find_op(name);
+      if (!op) throw UsageError(fmt::format("unknown op '{}' (known: {})", name, op_names()));
+      if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+      begin = end + 1;
+    }
+  }
+  return ops;
+}
+
+}  // namespace
+
+int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
+               const std::vector<std::string>& argv) {
+  const ExportTarget* target = find_export_target(flags.target);
+  if (!target) throw UsageError(fmt::format("no export target '{}'", flags.target));
+  if (fs::exists(flags.out) && !fs::is_empty(flags.out)) {
+    throw UsageError(
+        fmt::format("--out {}: exists and is not empty (an export never writes over "
+                    "files it did not write)",
+                    flags.out));
+  }
+  const DeviceInfo info = export_device(flags, device);
+
+  ExportRequest request;
+  request.arch = flags.arch;
+  request.table_sizes = !flags.no_table_sizes;
+  request.dtypes = parse_dtypes(flags.dtypes);
+  nlohmann::json plan_json;
+  if (!flags.plan_path.empty()) plan_json = read_json_file(flags.plan_path);
+  std::vector<DType> plan_dtypes;
+  if (!flags.plan_path.empty() && flags.ops.empty()) {
+    // The plan's ops that an export can dispatch.
+    for (const OpSpec* op : all_ops()) {
+      try {
+        dispatch_key(*op);
+      } catch (const UsageError&) {
+        continue;
+      }
+      request.ops.push_back(op);
+    }
+    auto sizes = plan_sizes(plan_json, request.ops, &plan_dtypes);
+    request.ops.erase(std::remove_if(request.ops.begin(), request.ops.end(),
+                                     [&](const OpSpec* op) {
+                                       return std::none_of(
+                                           sizes.begin(), sizes.end(),
+                                           [&](const auto& s) { return s.first == op; });
+                                     }),
+                      request.ops.end());
+    request.extra_sizes = std::move(sizes);
+  } else {
+    if (flags.ops.empty()) throw UsageError("name the ops to export, or pass --plan");
+    if (request.dtypes.empty()) request.dtypes = {DType::bf16};
+    request.ops = requested_ops(flags, info, request.dtypes);
+    if (!flags.plan_path.empty())
+      request.extra_sizes = plan_sizes(plan_json, request.ops, &plan_dtypes);
+  }
+  if (request.dtypes.empty())
+    request.dtypes = plan_dtypes.empty() ? std::vector{DType::bf16} : plan_dtypes;
+  for (const std::string& item : flags.shapes) {
+    const size_t colon = item.find(':');
+    const OpSpec* op = colon == std::string::npos ? nullptr : find_op(item.substr(0, colon));
+    if (!op)
+      throw UsageError(fmt::format("--shape {}: expected OP:SHAPE, e.g. rmsnorm:4096x4096", item));
+    if (std::find(request.ops.begin(), request.ops.end(), op) == request.ops.end())
+      request.ops.push_back(op);
+    request.extra_sizes.emplace_back(op, op->parse_shape(item.substr(colon + 1)));
+  }
+  if (request.ops.empty()) throw UsageError("nothing to export: no op named or found in the plan");
+
+  const ExportPlan plan = make_export_plan(request, info);
+  for (const ExportOp& op : plan.ops) {
+    if (op.untuned_device) {
+      progress_line(untuned_offer(*op.op, op.dtype, info,
+                                  library_choice(*op.op, op.rows.front().sizes, op.dtype, info)));
+    }
+  }
+  ExportContext context;
+  context.run = run_metadata(argv);
+  context.include_dir = default_include_dir();
+  const auto written = target->write(plan, context, flags.out);
+
+  fmt::print("{:<22} {:<6} {:<20} {:<28} {}\n", "op", "dtype", "size", "variant", "choice");
+  for (const ExportOp& op : plan.ops) {
+    for (const ExportRow& r : op.rows) {
+      const ExportVariant& v = op.variants[r.variant];
+      fmt::print("{:<22} {:<6} {:<20} {:<28} {}{}\n", op.op->name(), dtype_name(op.dtype),
+                 op.op->format_shape(r.sizes), v.symbol, r.choice,
+                 r.source == "plan" ? " [plan]" : "");
+    }
+  }
+  fmt::print("{} export for {}: {} files in {}\n", target->name(), plan.device_key, written.size(),
+             flags.out);
+  return 0;
+}
+
+}  // namespace kforge

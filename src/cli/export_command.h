@@ -1,0 +1,30 @@
+// `kforge export`: the library's tuned variants for a device, out of kforge in one of the export
+// targets (src/export/): standalone CUDA sources, or (next) a PyTorch extension.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common.h"
+
+namespace kforge {
+
+struct ExportFlags {
+  std::vector<std::string> ops;  // op names, or "all" (every op with a table for the device)
+  std::string target = "standalone";
+  std::vector<std::string> dtypes;  // default: bf16, or the plan's
+  std::string plan_path;            // `kforge plan --json`: the model's shapes
+  std::vector<std::string> shapes;  // OP:SHAPE, e.g. rmsnorm:4096x4096
+  bool no_table_sizes = false;      // only the plan's and --shape's sizes
+  std::string ceilings_path;        // the device, for a machine without it
+  std::string arch;
+  std::string out;
+};
+
+CLI::App* add_export_command(CLI::App& app, ExportFlags& flags, DeviceFlags& device);
+int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
+               const std::vector<std::string>& argv);
+
+}  // namespace kforge

@@ -1,0 +1,217 @@
+#include "export/export_plan.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "compile/compiler.h"
+#include "core/error.h"
+#include "device/launch_limits.h"
+#include "tune/library.h"
+#include "tune/results_db.h"
+
+namespace kforge {
+
+std::vector<DispatchDim> dispatch_key(const OpSpec& op) {
+  // Sizes with defaults (attention's causal flag) are passed as scalars, not shapes, so rows
+  // that differ only in them could not be told apart.
+  if (const Sizes named = op.named_size_defaults(); !named.empty()) {
+    throw UsageError(
+        fmt::format("{} cannot be exported yet: its size {} is no tensor dimension, "
+                    "so a call's tensors do not say which variant to run",
+                    op.name(), named.begin()->first));
+  }
+  const std::vector<TensorSpec> tensors = op.tensors();
+  std::vector<DispatchDim> key;
+  for (const std::string& size : op.size_names()) {
+    std::optional<DispatchDim> found;
+    int input = 0;
+    for (const TensorSpec& t : tensors) {
+      if (t.is_output) break;
+      const auto dim = std::find(t.dims.begin(), t.dims.end(), size);
+      if (dim != t.dims.end()) {
+        found = DispatchDim{size, input, static_cast<int>(dim - t.dims.begin()),
+                            static_cast<int>(t.dims.size())};
+        break;
+      }
+      ++input;
+    }
+    if (!found) {
+      throw UsageError(
+          fmt::format("{} cannot be exported: its size {} is no input's dimension, "
+                      "so a call's tensors do not say which variant to run",
+                      op.name(), size));
+    }
+    key.push_back(*found);
+  }
+  return key;
+}
+
+std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
+                                    const std::vector<std::vector<int64_t>>& shapes) {
+  Sizes sizes;
+  for (const DispatchDim& d : key) {
+    if (d.input >= static_cast<int>(shapes.size())) return std::nullopt;
+    const std::vector<int64_t>& shape = shapes[d.input];
+    const int ndim = static_cast<int>(shape.size());
+    if (ndim < d.rank) return std::nullopt;
+    const int extra = ndim - d.rank;  // leading dimensions folded into dimension 0
+    int64_t value = 1;
+    if (d.dim == 0) {
+      for (int i = 0; i <= extra; ++i)
+        value *= shape[i];
+    } else {
+      value = shape[extra + d.dim];
+    }
+    sizes[d.size] = value;
+  }
+  return sizes;
+}
+
+namespace {
+
+// The key's sizes out of a completed problem (which may also hold derived sizes).
+Sizes key_sizes(const std::vector<DispatchDim>& key, const Sizes& sizes) {
+  Sizes out;
+  for (const DispatchDim& d : key)
+    out[d.size] = sizes.at(d.size);
+  return out;
+}
+
+}  // namespace
+
+ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& device) {
+  if (device.backend != "cuda") {
+    throw UsageError(
+        "an export is for a CUDA device: pass the device's ceilings file "
+        "(--ceilings) when this machine has no GPU");
+  }
+  ExportPlan plan;
+  plan.device = device;
+  plan.device_key = device_key(device);
+  plan.arch = request.arch.empty() ? device.default_arch() : request.arch;
+  std::map<std::filesystem::path, KernelFile> files;  // each file parsed once
+  for (const OpSpec* op : request.ops) {
+    const std::string name(op->name());
+    const std::vector<DispatchDim> key = dispatch_key(*op);
+    for (const DType dtype : request.dtypes) {
+      if (!op->supports(dtype)) {
+        throw UsageError(fmt::format("{} does not support {}", name, dtype_name(dtype)));
+      }
+      ExportOp out;
+      out.op = op;
+      out.dtype = dtype;
+      out.key = key;
+
+      // The sizes: the table's rows, then the extra ones, each once.
+      std::vector<std::pair<Sizes, std::string>> sizes;
+      const auto add = [&](Sizes s, const std::string& source) {
+        op->complete_sizes(s);
+        const bool seen = std::any_of(sizes.begin(), sizes.end(), [&](const auto& known) {
+          return key_sizes(key, known.first) == key_sizes(key, s);
+        });
+        if (!seen) sizes.emplace_back(std::move(s), source);
+      };
+      if (request.table_sizes) {
+        if (const auto location = find_tuned_table(name, dtype, plan.device_key)) {
+          const nlohmann::json table = read_tuned_table(location->path);
+          for (const auto& row : table.at("sizes")) {
+            if (row.contains("sizes")) add(row.at("sizes").get<Sizes>(), "table");
+          }
+        }
+      }
+      for (const auto& [extra_op, extra] : request.extra_sizes) {
+        if (extra_op == op) add(extra, "plan");
+      }
+      if (sizes.empty()) {
+        throw UsageError(fmt::format(
+            "{} {}: no sizes to export (no table for {} and no plan shapes): tune it first "
+            "(kforge tune {} --sizes all) or pass --plan",
+            name, dtype_name(dtype), plan.device_key, name));
+      }
+
+      for (const auto& [problem, source] : sizes) {
+        const LibraryChoice choice = library_choice(*op, problem, dtype, device);
+        out.untuned_device = out.untuned_device || choice.untuned_device();
+        auto loaded = files.find(choice.file);
+        if (loaded == files.end())
+          loaded = files.emplace(choice.file, KernelFile::load(choice.file)).first;
+        const KernelFile& file = loaded->second;
+        const ParamValues all = file.with_derived(file.resolve_params(choice.params),
+                                                  problem_bindings(device, dtype, &problem));
+        const Variant variant = Variant::make(file, all, dtype, plan.arch);
+        auto same = std::find_if(out.variants.begin(), out.variants.end(),
+                                 [&](const ExportVariant& v) { return v.variant == variant; });
+        if (same == out.variants.end()) {
+          ExportVariant v;
+          v.symbol = fmt::format("kforge_{}_{}_v{}", name, dtype_name(dtype), out.variants.size());
+          v.file = choice.file;
+          v.variant = variant;
+          v.choice = choice.describe();
+          v.tuned_us = choice.tuned_median_us;
+          out.variants.push_back(std::move(v));
+          same = out.variants.end() - 1;
+        }
+        out.rows.push_back({key_sizes(key, problem), static_cast<int>(same - out.variants.begin()),
+                            source, choice.describe()});
+      }
+      plan.ops.push_back(std::move(out));
+    }
+  }
+  return plan;
+}
+
+nlohmann::json ExportPlan::to_json() const {
+  nlohmann::json ops_json = nlohmann::json::array();
+  for (const ExportOp& op : ops) {
+    nlohmann::json variants = nlohmann::json::array();
+    for (const ExportVariant& v : op.variants) {
+      variants.push_back({{"symbol", v.symbol},
+                          {"file", v.file.filename().string()},
+                          {"params", v.variant.params},
+                          {"key", v.variant.key()},
+                          {"choice", v.choice},
+                          {"tuned_us", v.tuned_us ? nlohmann::json(*v.tuned_us) : nullptr}});
+    }
+    nlohmann::json rows = nlohmann::json::array();
+    for (const ExportRow& r : op.rows) {
+      rows.push_back({{"shape", op.op->format_shape(r.sizes)},
+                      {"sizes", r.sizes},
+                      {"variant", op.variants[r.variant].symbol},
+                      {"source", r.source},
+                      {"choice", r.choice}});
+    }
+    nlohmann::json key = nlohmann::json::array();
+    for (const DispatchDim& d : op.key)
+      key.push_back({{"size", d.size}, {"input", d.input}, {"dim", d.dim}, {"rank", d.rank}});
+    ops_json.push_back({{"op", op.op->name()},
+                        {"dtype", dtype_name(op.dtype)},
+                        {"dispatch_key", key},
+                        {"untuned_device", op.untuned_device},
+                        {"variants", variants},
+                        {"rows", rows}});
+  }
+  return {{"device", device}, {"device_key", device_key}, {"arch", arch}, {"ops", ops_json}};
+}
+
+std::vector<std::pair<const OpSpec*, Sizes>> plan_sizes(const nlohmann::json& plan,
+                                                        const std::vector<const OpSpec*>& ops,
+                                                        std::vector<DType>* dtypes) {
+  std::vector<std::pair<const OpSpec*, Sizes>> out;
+  if (!plan.contains("groups")) throw UsageError("not a plan (`kforge plan --json`): no groups");
+  for (const auto& g : plan.at("groups")) {
+    if (!g.contains("op") || !g.at("sizes").is_object() || !g.at("dtype").is_string()) continue;
+    const auto op = std::find_if(ops.begin(), ops.end(), [&](const OpSpec* o) {
+      return o->name() == g.at("op").get<std::string>();
+    });
+    if (op == ops.end()) continue;
+    out.emplace_back(*op, g.at("sizes").get<Sizes>());
+    const auto dtype = parse_dtype(g.at("dtype").get<std::string>());
+    if (dtypes && dtype && std::find(dtypes->begin(), dtypes->end(), *dtype) == dtypes->end())
+      dtypes->push_back(*dtype);
+  }
+  return out;
+}
+
+}  // namespace kforge

@@ -1,0 +1,273 @@
+// The export plan, the generated dispatch (compiled on the host and called), and the standalone
+// export's build. The device is the recorded H100's (its ceilings file), its tables the
+// library's own.
+#include <dlfcn.h>
+
+#include <fstream>
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/json_file.h"
+#include "core/process.h"
+#include "device/ceilings.h"
+#include "export/export_target.h"
+#include "ops/op_spec.h"
+#include "test_support.h"
+#include "tune/library.h"
+
+namespace kforge {
+namespace {
+namespace fs = std::filesystem;
+
+DeviceInfo recorded_h100() {
+  const Ceilings c =
+      read_ceilings_file(fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json");
+  return c.raw.at("device").get<DeviceInfo>();
+}
+
+ExportPlan plan_for(const std::vector<std::string>& ops,
+                    std::vector<std::pair<const OpSpec*, Sizes>> extra = {}) {
+  ExportRequest request;
+  for (const auto& name : ops)
+    request.ops.push_back(find_op(name));
+  request.dtypes = {DType::bf16};
+  request.extra_sizes = std::move(extra);
+  return make_export_plan(request, recorded_h100());
+}
+
+ExportContext context() {
+  ExportContext c;
+  c.run = {{"kforge_git_sha", "test"}, {"date", "2026-11-24T00:00:00Z"}};
+  c.include_dir = test::source_root() / "include";
+  return c;
+}
+
+TEST(ExportPlan, EveryTableSizeRunsTheLibrarysChoice) {
+  const OpSpec& rmsnorm = *find_op("rmsnorm");
+  Sizes model = {{"M", 4 * 1024}, {"N", 2048}};  // not a table size
+  const ExportPlan plan = plan_for({"rmsnorm", "softmax"}, {{&rmsnorm, model}});
+  ASSERT_EQ(plan.ops.size(), 2u);
+  for (const ExportOp& op : plan.ops) {
+    const auto table = find_tuned_table(std::string(op.op->name()), DType::bf16, plan.device_key);
+    ASSERT_TRUE(table) << op.op->name();
+    size_t table_rows = read_tuned_table(table->path).at("sizes").size();
+    EXPECT_EQ(op.rows.size(), table_rows + (op.op == &rmsnorm ? 1 : 0)) << op.op->name();
+    std::set<std::string> symbols;
+    for (const ExportVariant& v : op.variants)
+      EXPECT_TRUE(symbols.insert(v.symbol).second) << v.symbol;
+    for (const ExportRow& row : op.rows) {
+      Sizes sizes = row.sizes;
+      op.op->complete_sizes(sizes);
+      const LibraryChoice choice = library_choice(*op.op, sizes, DType::bf16, plan.device);
+      const ExportVariant& v = op.variants.at(row.variant);
+      EXPECT_EQ(v.file, choice.file) << op.op->format_shape(sizes);
+      for (const auto& [name, value] : choice.params)
+        EXPECT_EQ(v.variant.params.at(name), value) << name << " at " << op.op->format_shape(sizes);
+      EXPECT_EQ(row.choice, choice.describe());
+    }
+  }
+  // The model's size is exported with the nearest valid row's variant, marked as the plan's.
+  const auto& rows = plan.ops[0].rows;
+  const auto model_row =
+      std::find_if(rows.begin(), rows.end(), [](const ExportRow& r) { return r.source == "plan"; });
+  ASSERT_NE(model_row, rows.end());
+  EXPECT_EQ(model_row->sizes, model);
+}
+
+TEST(ExportPlan, RefusesWhatItCannotDispatchOrHasNoSizesFor) {
+  EXPECT_THROW(dispatch_key(*find_op("flash_attention")), UsageError);  // causal is no dimension
+  ExportRequest request;
+  request.ops = {find_op("rmsnorm")};
+  request.dtypes = {DType::bf16};
+  DeviceInfo unknown = recorded_h100();
+  unknown.name = "NVIDIA H999";  // no table for it, and no plan shapes
+  EXPECT_THROW(make_export_plan(request, unknown), UsageError);
+  DeviceInfo cpu = unknown;
+  cpu.backend = "cpu";
+  EXPECT_THROW(make_export_plan(request, cpu), UsageError);
+}
+
+TEST(ExportPlan, DispatchSizesFoldLeadingDimensions) {
+  const auto key = dispatch_key(*find_op("rmsnorm"));
+  EXPECT_EQ(*dispatch_sizes(key, {{2, 1024, 4096}, {4096}}), (Sizes{{"M", 2048}, {"N", 4096}}));
+  EXPECT_EQ(*dispatch_sizes(key, {{8, 4096}, {4096}}), (Sizes{{"M", 8}, {"N", 4096}}));
+  EXPECT_FALSE(dispatch_sizes(key, {{4096}, {4096}}));  // fewer dimensions than x[M, N]
+  const auto rope = dispatch_key(*find_op("rotary_embedding_half"));
+  EXPECT_EQ(*dispatch_sizes(rope, {{1, 32, 4096, 128}, {4096, 64}, {4096, 64}}),
+            (Sizes{{"batch", 1}, {"heads", 32}, {"seq_len", 4096}, {"head_dim", 128}}));
+}
+
+// The generated dispatch, compiled with stand-in variants (each returns 1000 + its index among
+// the symbols) and called through dlopen, against the plan and dispatch_sizes.
+class GeneratedDispatch : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const OpSpec& rmsnorm = *find_op("rmsnorm");
+    plan_ = new ExportPlan(plan_for({"rmsnorm", "rotary_embedding_half", "cross_entropy"},
+                                    {{&rmsnorm, {{"M", 4096}, {"N", 2048}}}}));
+    dir_ = new fs::path(test::temp_dir("export-dispatch"));
+    const auto written = find_export_target("standalone")->write(*plan_, context(), *dir_);
+    ASSERT_FALSE(written.empty());
+    std::string stubs = "#include \"kforge/kernel.h\"\n";
+    int index = 0;
+    for (const ExportOp& op : plan_->ops) {
+      for (const ExportVariant& v : op.variants) {
+        stubs += fmt::format("int {}(const kf_args* a) {{ (void)a; return {}; }}\n", v.symbol,
+                             1000 + index);
+        symbols_.push_back(v.symbol);
+        ++index;
+      }
+    }
+    std::ofstream(*dir_ / "stubs.c") << stubs;
+    const auto r = run_command(
+        {"cc", "-std=c11", "-Wall", "-Werror", "-shared", "-fPIC",
+         "-I" + (*dir_ / "include").string(), (*dir_ / "src" / "kforge_dispatch.c").string(),
+         (*dir_ / "stubs.c").string(), "-o", (*dir_ / "dispatch.so").string()});
+    ASSERT_TRUE(r.ok()) << r.output;
+    library_ = dlopen((*dir_ / "dispatch.so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(library_, nullptr) << dlerror();
+  }
+  static void TearDownTestSuite() {
+    if (library_) dlclose(library_);
+    delete plan_;
+    delete dir_;
+  }
+
+  using Run = int (*)(const kf_args*);
+  using Name = const char* (*)(const kf_args*);
+
+  // Calls kforge_<op>_variant and kforge_<op> with tensors of `shapes` in `dtype`; returns the
+  // variant's name ("" for none) after checking that the call agrees with it.
+  static std::string dispatched(const std::string& op,
+                                const std::vector<std::vector<int64_t>>& shapes, DType dtype,
+                                int abi = KFORGE_ABI_VERSION) {
+    std::vector<kf_tensor> inputs(shapes.size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      inputs[i].dtype = i == 0 ? to_abi(dtype) : KF_DTYPE_I64;
+      inputs[i].ndim = static_cast<int32_t>(shapes[i].size());
+      for (size_t d = 0; d < shapes[i].size(); ++d)
+        inputs[i].shape[d] = shapes[i][d];
+    }
+    kf_args args{};
+    args.abi_version = abi;
+    args.num_inputs = static_cast<int32_t>(inputs.size());
+    args.inputs = inputs.data();
+    const auto name =
+        reinterpret_cast<Name>(dlsym(library_, ("kforge_" + op + "_variant").c_str()));
+    const auto run = reinterpret_cast<Run>(dlsym(library_, ("kforge_" + op).c_str()));
+    EXPECT_TRUE(name && run) << op;
+    if (!name || !run) return "?";
+    const char* variant = name(&args);
+    const int status = run(&args);
+    if (!variant) {
+      EXPECT_EQ(status, KF_ERR_UNSUPPORTED);
+      return "";
+    }
+    const auto at = std::find(symbols_.begin(), symbols_.end(), std::string(variant));
+    EXPECT_NE(at, symbols_.end()) << variant;
+    EXPECT_EQ(status, 1000 + (at - symbols_.begin())) << variant;
+    return variant;
+  }
+
+  // What the plan says a call with these input shapes runs ("" for not covered).
+  static std::string expected(const ExportOp& op, const std::vector<std::vector<int64_t>>& shapes) {
+    const auto sizes = dispatch_sizes(op.key, shapes);
+    if (!sizes) return "";
+    for (const ExportRow& r : op.rows) {
+      if (r.sizes == *sizes) return op.variants[r.variant].symbol;
+    }
+    return "";
+  }
+
+  static ExportPlan* plan_;
+  static fs::path* dir_;
+  static void* library_;
+  static std::vector<std::string> symbols_;
+};
+ExportPlan* GeneratedDispatch::plan_ = nullptr;
+fs::path* GeneratedDispatch::dir_ = nullptr;
+void* GeneratedDispatch::library_ = nullptr;
+std::vector<std::string> GeneratedDispatch::symbols_;
+
+TEST_F(GeneratedDispatch, EveryRowRunsItsVariantAndNothingElseIsCovered) {
+  for (const ExportOp& op : plan_->ops) {
+    const std::string name(op.op->name());
+    for (const ExportRow& row : op.rows) {
+      Sizes sizes = row.sizes;
+      op.op->complete_sizes(sizes);
+      std::vector<std::vector<int64_t>> shapes;
+      for (const TensorSpec& t : op.op->tensors()) {
+        if (!t.is_output) shapes.push_back(op.op->shape_of(t, sizes));
+      }
+      EXPECT_EQ(dispatched(name, shapes, DType::bf16), op.variants[row.variant].symbol)
+          << name << " " << op.op->format_shape(row.sizes);
+      EXPECT_EQ(dispatched(name, shapes, DType::f32), "") << "f32 was not exported";
+      EXPECT_EQ(dispatched(name, shapes, DType::bf16, KFORGE_ABI_VERSION + 1), "");
+      shapes[0].back() += 1;  // a size no row has
+      EXPECT_EQ(dispatched(name, shapes, DType::bf16), "") << name;
+    }
+  }
+}
+
+TEST_F(GeneratedDispatch, AgreesWithDispatchSizesOnRandomShapes) {
+  std::mt19937_64 random(20261124);
+  const ExportOp& rmsnorm = plan_->ops.at(0);
+  ASSERT_EQ(rmsnorm.op->name(), "rmsnorm");
+  int covered = 0;
+  for (int i = 0; i < 400; ++i) {
+    // x: 1 to 4 dimensions whose product is often a table size's M.
+    const ExportRow& row = rmsnorm.rows[random() % rmsnorm.rows.size()];
+    const int64_t m = row.sizes.at("M");
+    const int64_t n = random() % 4 == 0 ? row.sizes.at("N") * 2 : row.sizes.at("N");
+    std::vector<int64_t> x;
+    switch (random() % 4) {
+      case 0:
+        x = {n};
+        break;
+      case 1:
+        x = {m, n};
+        break;
+      case 2:
+        x = {2, m / 2, n};
+        break;
+      default:
+        x = {2, 2, m / 4, n};
+    }
+    const std::vector<std::vector<int64_t>> shapes = {x, {n}};
+    const std::string want = expected(rmsnorm, shapes);
+    covered += !want.empty();
+    EXPECT_EQ(dispatched("rmsnorm", shapes, DType::bf16), want) << fmt::format("{}", x.size());
+  }
+  EXPECT_GT(covered, 100);
+  EXPECT_LT(covered, 400);
+}
+
+// The standalone export builds with CMake and nvcc into a static library and the example
+// program (which needs a GPU to run; building it needs none).
+TEST(StandaloneExport, BuildsWithCMake) {
+  if (!run_command({"sh", "-c", "command -v nvcc && command -v cmake && command -v ninja"}).ok())
+    GTEST_SKIP() << "nvcc, cmake or ninja not found";
+  const ExportPlan plan = plan_for({"rmsnorm"});
+  const fs::path dir = test::temp_dir("export-build");
+  const fs::path out = dir / "export";
+  find_export_target("standalone")->write(plan, context(), out);
+  const auto configure =
+      run_command({"cmake", "-S", out.string(), "-B", (dir / "build").string(), "-G", "Ninja"},
+                  std::chrono::minutes(5));
+  ASSERT_TRUE(configure.ok()) << configure.output;
+  const auto build =
+      run_command({"cmake", "--build", (dir / "build").string()}, std::chrono::minutes(15));
+  ASSERT_TRUE(build.ok()) << build.output;
+  EXPECT_TRUE(fs::exists(dir / "build" / "kforge_export_example"));
+  EXPECT_TRUE(fs::exists(dir / "build" / "libkforge_export.a"));
+  const nlohmann::json manifest = read_json_file(out / "kforge_export.json");
+  EXPECT_EQ(manifest.at("device_key"), plan.device_key);
+  EXPECT_EQ(manifest.at("ops").at(0).at("rows").size(), plan.ops.at(0).rows.size());
+}
+
+}  // namespace
+}  // namespace kforge
