@@ -14,9 +14,11 @@ namespace kforge {
 namespace fs = std::filesystem;
 
 const ExportTarget& standalone_export_target();
+const ExportTarget& torch_export_target();
 
 const std::vector<const ExportTarget*>& export_targets() {
-  static const std::vector<const ExportTarget*> targets = {&standalone_export_target()};
+  static const std::vector<const ExportTarget*> targets = {&standalone_export_target(),
+                                                           &torch_export_target()};
   return targets;
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "compile/compiler.h"
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/process.h"
@@ -267,6 +268,47 @@ TEST(StandaloneExport, BuildsWithCMake) {
   const nlohmann::json manifest = read_json_file(out / "kforge_export.json");
   EXPECT_EQ(manifest.at("device_key"), plan.device_key);
   EXPECT_EQ(manifest.at("ops").at(0).at("rows").size(), plan.ops.at(0).rows.size());
+}
+
+}  // namespace
+}  // namespace kforge
+
+namespace kforge {
+namespace {
+
+// The PyTorch package: its modules are the ones kforge compiles (byte for byte, each exporting
+// the entry point), its manifest names them, and its Python parses. Building and importing the
+// extension needs PyTorch and a GPU (tests labelled gpu).
+TEST(TorchExport, PackagesTheModulesKforgeChecks) {
+  const ExportPlan plan = plan_for({"rmsnorm"});
+  const fs::path out = test::temp_dir("export-torch") / "package";
+  find_export_target("torch")->write(plan, context(), out);
+  const nlohmann::json manifest = read_json_file(out / "kforge_ops" / "manifest.json");
+  const auto& variants = manifest.at("ops").at(0).at("variants");
+  ASSERT_EQ(variants.size(), plan.ops.at(0).variants.size());
+  const Compiler compiler;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    const fs::path module =
+        out / "kforge_ops" / "modules" / variants[v].at("module").get<std::string>();
+    ASSERT_TRUE(fs::exists(module)) << module;
+    const ExportVariant& planned = plan.ops[0].variants[v];
+    const CompileResult built = compiler.compile(KernelFile::load(planned.file), planned.variant);
+    ASSERT_TRUE(built.ok) << built.log;
+    const auto bytes = [](const fs::path& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    EXPECT_EQ(bytes(module), bytes(built.module)) << module;
+    const auto symbols = run_command({"nm", "-D", module.string()});
+    ASSERT_TRUE(symbols.ok()) << symbols.output;
+    EXPECT_NE(symbols.output.find(" T kforge_run"), std::string::npos) << module;
+  }
+  for (const char* file : {"kforge_ops/__init__.py", "kforge_ops/patch.py", "setup.py"}) {
+    const auto parsed = run_command({"python3", "-m", "py_compile", (out / file).string()});
+    EXPECT_TRUE(parsed.ok()) << file << ": " << parsed.output;
+  }
+  EXPECT_TRUE(fs::exists(out / "csrc" / "kforge_ops.cpp"));
+  EXPECT_TRUE(fs::exists(out / "csrc" / "kforge" / "kernel.h"));
 }
 
 }  // namespace

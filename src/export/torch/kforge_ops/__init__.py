@@ -1,0 +1,131 @@
+"""kforge's tuned kernels as PyTorch custom ops, written by `kforge export --target torch`.
+
+    import kforge_ops                       # loads the extension and the exported modules
+    y = torch.ops.kforge.rmsnorm(x, w, 1e-6)
+    report = kforge_ops.patch(model)        # swap kforge ops into a model; report.undo()
+    kforge_ops.stats()                      # calls per op: "kforge", or why they fell back
+
+Every op runs a module kforge checked and timed when its tensors are covered (see
+manifest.json), else PyTorch's own composite; both are counted. The ops have fake (meta)
+implementations, so torch.compile keeps whole graphs around them, and no backward: taking a
+gradient through one is an error, and patched modules use PyTorch's ops while gradients are
+being recorded.
+"""
+import json
+import os
+
+import torch
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_ROOT = os.path.dirname(_HERE)
+
+
+def _load_extension():
+    try:
+        from . import _C  # built by `pip install`
+
+        return _C
+    except ImportError:
+        pass
+    # Imported from a directory: build the extension once (cached by PyTorch).
+    from torch.utils.cpp_extension import load
+
+    csrc = os.path.join(_PACKAGE_ROOT, "csrc")
+    return load(
+        name="kforge_ops_C",
+        sources=[os.path.join(csrc, "kforge_ops.cpp")],
+        extra_include_paths=[csrc],
+        extra_ldflags=["-ldl"],
+        with_cuda=True,
+        verbose=False,
+    )
+
+
+_C = _load_extension()
+
+with open(os.path.join(_HERE, "manifest.json")) as f:
+    manifest = json.load(f)
+
+_ABI_DTYPES = {"f16": 0, "bf16": 1, "f32": 2}
+
+_C.set_device(manifest["device"]["name"])
+for _op in manifest["ops"]:
+    _C.add_op(_op["op"], [[d["input"], d["dim"], d["rank"]] for d in _op["dispatch_key"]])
+for _op in manifest["ops"]:
+    _modules = {v["symbol"]: os.path.join(_HERE, "modules", v["module"]) for v in _op["variants"]}
+    for _row in _op["rows"]:
+        _sizes = [_row["sizes"][d["size"]] for d in _op["dispatch_key"]]
+        _C.add_row(_op["op"], _ABI_DTYPES[_op["dtype"]], _sizes, _modules[_row["variant"]], _row["variant"])
+
+
+def stats():
+    """Calls per op since import (or reset_stats): {"rmsnorm": {"kforge": 96, "shape: ...": 2}}."""
+    return {op: dict(counts) for op, counts in _C.stats().items()}
+
+
+def reset_stats():
+    _C.reset_stats()
+
+
+def exported_ops():
+    return sorted({op["op"] for op in manifest["ops"]})
+
+
+# ---- torch.compile: fake implementations (shapes and dtypes only) ----
+
+
+@torch.library.register_fake("kforge::rmsnorm")
+def _(x, weight, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("kforge::layernorm")
+def _(x, weight, bias, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("kforge::softmax")
+def _(x):
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("kforge::cross_entropy")
+def _(logits, targets):
+    return logits.new_empty(())
+
+
+@torch.library.register_fake("kforge::rotary_embedding")
+def _(x, cos, sin):
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("kforge::rotary_embedding_half")
+def _(x, cos, sin):
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("kforge::reduce")
+def _(x):
+    return x.new_empty(x.shape[:-1])
+
+
+# ---- autograd: none, said clearly ----
+
+
+def _no_backward(name):
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"kforge::{name} has no backward: call it under torch.no_grad() or torch.inference_mode(); "
+            "kforge_ops.patch() models use PyTorch's own ops while gradients are recorded"
+        )
+
+    return backward
+
+
+for _name in ("rmsnorm", "layernorm", "softmax", "cross_entropy", "rotary_embedding",
+              "rotary_embedding_half", "reduce"):
+    torch.library.register_autograd(f"kforge::{_name}", _no_backward(_name))
+
+from .patch import patch  # noqa: E402  (needs the ops registered above)
+
+__all__ = ["patch", "stats", "reset_stats", "exported_ops", "manifest"]

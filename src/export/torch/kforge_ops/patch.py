@@ -1,0 +1,151 @@
+"""Swap kforge ops into a model without editing its source.
+
+patch(model) replaces, in place:
+  - RMSNorm modules (Hugging Face's LlamaRMSNorm, Qwen2RMSNorm and the like: a class named
+    ...RMSNorm with a 1-D weight and variance_epsilon or eps; torch.nn.RMSNorm) -> kforge::rmsnorm
+  - torch.nn.LayerNorm over the last dim with weight and bias -> kforge::layernorm
+  - Hugging Face's rotate-half RoPE (the function apply_rotary_pos_emb of the model's modeling
+    module) -> kforge::rotary_embedding_half for q and k
+and reports every swap and what it left alone, with the reason. Only ops the export carries are
+swapped. A swapped module uses PyTorch's own forward while gradients are being recorded (kforge
+ops have no backward), so run inference under torch.no_grad() or torch.inference_mode().
+report.undo() restores the model.
+"""
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from . import _C, exported_ops
+
+
+@dataclass
+class PatchReport:
+    swapped: list = field(default_factory=list)  # (where, what, kforge op)
+    not_swapped: list = field(default_factory=list)  # (where, what, reason)
+    _undo: list = field(default_factory=list, repr=False)
+
+    def undo(self):
+        for restore in reversed(self._undo):
+            restore()
+        self._undo.clear()
+
+    def __str__(self):
+        lines = [f"kforge patch: {len(self.swapped)} swapped, {len(self.not_swapped)} left alone"]
+        lines += [f"  swapped     {where}: {what} -> {op}" for where, what, op in self.swapped]
+        lines += [f"  left alone  {where}: {what} ({why})" for where, what, why in self.not_swapped]
+        return "\n".join(lines)
+
+
+def _recording_grad(*tensors):
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _rmsnorm_eps(module):
+    for name in ("variance_epsilon", "eps"):
+        eps = getattr(module, name, None)
+        if isinstance(eps, float):
+            return eps
+    return None
+
+
+def _swap_forward(report, module, where, op, forward):
+    # The forward was an attribute of the class; removing the instance's restores it.
+    module.forward = forward
+    report.swapped.append((where, type(module).__name__, f"kforge::{op}"))
+    report._undo.append(lambda: delattr(module, "forward"))
+
+
+def _patch_rmsnorm(report, module, where):
+    weight = getattr(module, "weight", None)
+    eps = _rmsnorm_eps(module)
+    if isinstance(module, torch.nn.RMSNorm) and eps is None:
+        eps_of = lambda x: torch.finfo(x.dtype).eps  # noqa: E731  (nn.RMSNorm's default)
+    elif eps is not None:
+        eps_of = lambda x: eps  # noqa: E731
+    else:
+        report.not_swapped.append((where, type(module).__name__, "no eps attribute found"))
+        return
+    if weight is None or weight.dim() != 1:
+        report.not_swapped.append((where, type(module).__name__, "no 1-D weight"))
+        return
+    original = module.forward
+
+    def forward(hidden_states):
+        if _recording_grad(hidden_states, module.weight):
+            _C.count("rmsnorm", "autograd: gradients are being recorded")
+            return original(hidden_states)
+        return torch.ops.kforge.rmsnorm(hidden_states, module.weight, eps_of(hidden_states))
+
+    _swap_forward(report, module, where, "rmsnorm", forward)
+
+
+def _patch_layernorm(report, module, where):
+    if len(module.normalized_shape) != 1 or module.weight is None or module.bias is None:
+        report.not_swapped.append((where, "LayerNorm", "not over the last dim with weight and bias"))
+        return
+    original = module.forward
+
+    def forward(x):
+        if _recording_grad(x, module.weight, module.bias):
+            _C.count("layernorm", "autograd: gradients are being recorded")
+            return original(x)
+        return torch.ops.kforge.layernorm(x, module.weight, module.bias, module.eps)
+
+    _swap_forward(report, module, where, "layernorm", forward)
+
+
+def _rope_replacement(original):
+    def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+        # Hugging Face's cos and sin are [batch, seq, head_dim] with the halves repeated; the
+        # kforge op takes one position table, [seq, head_dim / 2], shared by the batch.
+        shared = cos.dim() == 3 and cos.shape[0] == 1 and cos.shape[-1] == q.shape[-1]
+        if unsqueeze_dim != 1 or not shared or q.dim() != 4 or _recording_grad(q, k):
+            _C.count("rotary_embedding_half", "call: not the shared-position, head-first form")
+            return original(q, k, cos, sin, position_ids, unsqueeze_dim)
+        half = q.shape[-1] // 2
+        c = cos[0, :, :half].contiguous()
+        s = sin[0, :, :half].contiguous()
+        return (torch.ops.kforge.rotary_embedding_half(q, c, s),
+                torch.ops.kforge.rotary_embedding_half(k, c, s))
+
+    return apply_rotary_pos_emb
+
+
+def patch(model, verbose=True):
+    """Swaps kforge ops into `model` in place; returns a PatchReport (str() it, or .undo())."""
+    exported = set(exported_ops())
+    report = PatchReport()
+    modeling_modules = set()
+    for where, module in model.named_modules():
+        where = where or "(model)"
+        name = type(module).__name__
+        modeling_modules.add(type(module).__module__)
+        if name.endswith("RMSNorm") or isinstance(module, torch.nn.RMSNorm):
+            if "rmsnorm" in exported:
+                _patch_rmsnorm(report, module, where)
+            else:
+                report.not_swapped.append((where, name, "rmsnorm not in this export"))
+        elif isinstance(module, torch.nn.LayerNorm):
+            if "layernorm" in exported:
+                _patch_layernorm(report, module, where)
+            else:
+                report.not_swapped.append((where, name, "layernorm not in this export"))
+        elif name.endswith("MLP"):
+            report.not_swapped.append((where, name, "SwiGLU MLP: no exported fused_mlp (tensor-core kernels are not tuned yet)"))
+        elif name.endswith("Attention"):
+            report.not_swapped.append((where, name, "attention runs PyTorch's SDPA; kforge's attention is not exported"))
+    for module_name in sorted(modeling_modules):
+        module = sys.modules.get(module_name)
+        original = getattr(module, "apply_rotary_pos_emb", None) if module else None
+        if original is None:
+            continue
+        if "rotary_embedding_half" not in exported:
+            report.not_swapped.append((module_name, "apply_rotary_pos_emb", "rotary_embedding_half not in this export"))
+            continue
+        setattr(module, "apply_rotary_pos_emb", _rope_replacement(original))
+        report.swapped.append((module_name, "apply_rotary_pos_emb", "kforge::rotary_embedding_half"))
+        report._undo.append(lambda m=module, f=original: setattr(m, "apply_rotary_pos_emb", f))
+    if verbose:
+        print(report)
+    return report
