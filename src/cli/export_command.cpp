@@ -1,9 +1,15 @@
 #include "cli/export_command.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
 
+#include "compile/compiler.h"
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/run_info.h"
@@ -170,6 +176,42 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
   fmt::print("{} export for {}: {} files in {}\n", target->name(), plan.device_key, written.size(),
              flags.out);
   return 0;
+}
+
+CLI::App* add_verify_command(CLI::App& app, VerifyFlags& flags) {
+  auto* cmd = app.add_subcommand(
+      "verify",
+      "Run a model as built, patched with an export's kforge ops, and both torch.compile'd: "
+      "outputs compared, step times measured (docs/export.md)");
+  cmd->add_option("--export", flags.export_dir, "A `kforge export --target torch` directory")
+      ->required();
+  cmd->add_option("args", flags.args,
+                  "kforge_ops.verify's arguments after --: --model hf:llama|hf:qwen2|"
+                  "example:llama, --plan PLAN.json, --json OUT, --layers, --batch, --seq, --iters");
+  return cmd;
+}
+
+int cmd_verify(const VerifyFlags& flags) {
+  const fs::path dir = fs::absolute(flags.export_dir);
+  if (!fs::exists(dir / "kforge_ops" / "manifest.json")) {
+    throw UsageError(fmt::format("--export {}: not a `kforge export --target torch` directory",
+                                 flags.export_dir));
+  }
+  // The package from the export directory; the example models from this source tree.
+  const char* path = std::getenv("PYTHONPATH");
+  const std::string python_path = dir.string() + (path ? ":" + std::string(path) : "");
+  const fs::path examples = default_include_dir().parent_path() / "python" / "examples";
+  std::vector<std::string> command = {
+      "env", "PYTHONPATH=" + python_path, "KFORGE_EXAMPLES_DIR=" + examples.string(), "python3",
+      "-m",  "kforge_ops.verify"};
+  command.insert(command.end(), flags.args.begin(), flags.args.end());
+  std::vector<char*> argv;
+  for (auto& a : command)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execvp(argv[0], argv.data());
+  throw Error(fmt::format("cannot run python3: {}", std::strerror(errno)));
 }
 
 }  // namespace kforge

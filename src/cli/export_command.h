@@ -23,7 +23,16 @@ struct ExportFlags {
   std::string out;
 };
 
+struct VerifyFlags {
+  std::string export_dir;         // a `kforge export --target torch` directory
+  std::vector<std::string> args;  // passed on to kforge_ops.verify
+};
+
 CLI::App* add_export_command(CLI::App& app, ExportFlags& flags, DeviceFlags& device);
+CLI::App* add_verify_command(CLI::App& app, VerifyFlags& flags);
+// Runs the export's kforge_ops.verify in Python (it needs PyTorch and a GPU) and returns its
+// exit status.
+int cmd_verify(const VerifyFlags& flags);
 int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
                const std::vector<std::string>& argv);
 

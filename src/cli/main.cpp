@@ -358,6 +358,8 @@ int main(int argc, char** argv) {
   auto* build = add_build_command(app, build_flags, device_flags);
   ExportFlags export_flags;
   auto* export_cmd = add_export_command(app, export_flags, device_flags);
+  VerifyFlags verify_flags;
+  auto* verify = add_verify_command(app, verify_flags);
 
   ProfileFlags profile_flags;
   auto* profile = add_profile_command(app, profile_flags);
@@ -394,6 +396,7 @@ int main(int argc, char** argv) {
     if (*tune) return cmd_tune(tune_flags, device_flags, args);
     if (*build) return cmd_build(build_flags, device_flags, args);
     if (*export_cmd) return cmd_export(export_flags, device_flags, args);
+    if (*verify) return cmd_verify(verify_flags);
     if (*profile) return cmd_profile(profile_flags, args);
     if (*plan) return cmd_plan(plan_flags, args);
     if (*import_torch_trace) return cmd_import_torch_trace(torch_trace_flags, args);

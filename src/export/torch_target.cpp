@@ -96,7 +96,7 @@ class TorchTarget final : public ExportTarget {
     const fs::path support = torch_support_dir();
     copy_file_to(support / "kforge_ops.cpp", out, "csrc/kforge_ops.cpp", written);
     copy_file_to(context.include_dir / "kforge" / "kernel.h", out, "csrc/kforge/kernel.h", written);
-    for (const char* file : {"__init__.py", "patch.py"})
+    for (const char* file : {"__init__.py", "patch.py", "verify.py"})
       copy_file_to(support / "kforge_ops" / file, out, fs::path("kforge_ops") / file, written);
 
     // The modules: compiled (or taken from kforge's cache) exactly as kforge checks them.

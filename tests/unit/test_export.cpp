@@ -303,7 +303,8 @@ TEST(TorchExport, PackagesTheModulesKforgeChecks) {
     ASSERT_TRUE(symbols.ok()) << symbols.output;
     EXPECT_NE(symbols.output.find(" T kforge_run"), std::string::npos) << module;
   }
-  for (const char* file : {"kforge_ops/__init__.py", "kforge_ops/patch.py", "setup.py"}) {
+  for (const char* file :
+       {"kforge_ops/__init__.py", "kforge_ops/patch.py", "kforge_ops/verify.py", "setup.py"}) {
     const auto parsed = run_command({"python3", "-m", "py_compile", (out / file).string()});
     EXPECT_TRUE(parsed.ok()) << file << ": " << parsed.output;
   }

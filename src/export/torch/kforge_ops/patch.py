@@ -6,6 +6,10 @@ patch(model) replaces, in place:
   - torch.nn.LayerNorm over the last dim with weight and bias -> kforge::layernorm
   - Hugging Face's rotate-half RoPE (the function apply_rotary_pos_emb of the model's modeling
     module) -> kforge::rotary_embedding_half for q and k
+  - rotate-half RoPE modules holding [max_seq, head_dim / 2] cos and sin tables (a class named
+    ...RotaryEmbeddingHalf, as in python/examples/llama.py) -> kforge::rotary_embedding_half
+  - torch.nn.CrossEntropyLoss (mean, ignore index -100, no weights or smoothing) on [rows,
+    classes] logits -> kforge::cross_entropy
 and reports every swap and what it left alone, with the reason. Only ops the export carries are
 swapped. A swapped module uses PyTorch's own forward while gradients are being recorded (kforge
 ops have no backward), so run inference under torch.no_grad() or torch.inference_mode().
@@ -95,6 +99,45 @@ def _patch_layernorm(report, module, where):
     _swap_forward(report, module, where, "layernorm", forward)
 
 
+def _patch_cross_entropy(report, module, where):
+    plain = (module.weight is None and module.ignore_index == -100 and module.reduction == "mean"
+             and module.label_smoothing == 0.0)
+    if not plain:
+        report.not_swapped.append((where, "CrossEntropyLoss",
+                                   "weights, label smoothing, another ignore index or reduction"))
+        return
+    original = module.forward
+
+    def forward(logits, targets):
+        if logits.dim() != 2 or targets.dim() != 1 or _recording_grad(logits):
+            _C.count("cross_entropy", "call: not [rows, classes] logits with class-index targets")
+            return original(logits, targets)
+        return torch.ops.kforge.cross_entropy(logits, targets)
+
+    _swap_forward(report, module, where, "cross_entropy", forward)
+
+
+def _patch_rotary_tables(report, module, where):
+    """A module holding cos and sin tables [max_seq, head_dim / 2] that rotates one [batch,
+    heads, seq, head_dim] tensor per call, rotate-half (python/examples/llama.py's)."""
+    cos, sin = getattr(module, "cos", None), getattr(module, "sin", None)
+    if not (torch.is_tensor(cos) and torch.is_tensor(sin) and cos.dim() == 2 and sin.dim() == 2):
+        report.not_swapped.append((where, type(module).__name__, "no [max_seq, head_dim / 2] cos and sin tables"))
+        return
+    original = module.forward
+
+    def forward(x):
+        if x.dim() != 4 or x.shape[-1] != 2 * module.cos.shape[1] or _recording_grad(x):
+            _C.count("rotary_embedding_half", "call: not a [batch, heads, seq, head_dim] tensor")
+            return original(x)
+        s = x.shape[2]
+        c = module.cos[:s].to(x.dtype).contiguous()
+        t = module.sin[:s].to(x.dtype).contiguous()
+        return torch.ops.kforge.rotary_embedding_half(x, c, t)
+
+    _swap_forward(report, module, where, "rotary_embedding_half", forward)
+
+
 def _rope_replacement(original):
     def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
         # Hugging Face's cos and sin are [batch, seq, head_dim] with the halves repeated; the
@@ -131,7 +174,17 @@ def patch(model, verbose=True):
                 _patch_layernorm(report, module, where)
             else:
                 report.not_swapped.append((where, name, "layernorm not in this export"))
-        elif name.endswith("MLP"):
+        elif isinstance(module, torch.nn.CrossEntropyLoss):
+            if "cross_entropy" in exported:
+                _patch_cross_entropy(report, module, where)
+            else:
+                report.not_swapped.append((where, name, "cross_entropy not in this export"))
+        elif name.endswith("RotaryEmbeddingHalf"):
+            if "rotary_embedding_half" in exported:
+                _patch_rotary_tables(report, module, where)
+            else:
+                report.not_swapped.append((where, name, "rotary_embedding_half not in this export"))
+        elif name.endswith("MLP") or name == "SwiGLU":
             report.not_swapped.append((where, name, "SwiGLU MLP: no exported fused_mlp (tensor-core kernels are not tuned yet)"))
         elif name.endswith("Attention"):
             report.not_swapped.append((where, name, "attention runs PyTorch's SDPA; kforge's attention is not exported"))
