@@ -17,6 +17,8 @@
 #include "device/ceilings.h"
 #include "export/export_target.h"
 #include "ops/op_spec.h"
+#include "profile/cupti_import.h"
+#include "profile/planner.h"
 #include "test_support.h"
 #include "tune/library.h"
 
@@ -310,6 +312,60 @@ TEST(TorchExport, PackagesTheModulesKforgeChecks) {
   }
   EXPECT_TRUE(fs::exists(out / "csrc" / "kforge_ops.cpp"));
   EXPECT_TRUE(fs::exists(out / "csrc" / "kforge" / "kernel.h"));
+}
+
+}  // namespace
+}  // namespace kforge
+
+namespace kforge {
+namespace {
+
+// A real model's plan: Hugging Face Llama recorded on an H100 (tests/data/recorded_hf) gives its
+// RMSNorm and RoPE shapes to the export, which adds them to the tables' sizes.
+TEST(ExportPlan, TakesAModelsShapesFromItsPlan) {
+  AssembleOptions assemble;
+  assemble.range = "step";
+  assemble.skip = 1;
+  const fs::path recorded = fs::path(test::test_data_dir()) / "recorded_hf";
+  const Profile profile = assemble_profile(read_raw_files(recorded / "llama"), assemble);
+  const Ceilings c = read_ceilings_file(recorded / "ceilings_h100.json");
+  PlanOptions options;
+  options.copy_gbps = c.copy_gbps;
+  options.matmul_tflops = c.matmul_tflops;
+  const nlohmann::json plan = plan_to_json(make_plan(profile, options));
+
+  const std::vector<const OpSpec*> ops = {find_op("rmsnorm"), find_op("rotary_embedding_half")};
+  std::vector<DType> dtypes;
+  const auto sizes = plan_sizes(plan, ops, &dtypes);
+  EXPECT_EQ(dtypes, std::vector<DType>{DType::bf16});
+  // hf_model.py llama: batch 4 x 1024 tokens, hidden 2048, 16 heads of 128.
+  const Sizes norm = {{"M", 4096}, {"N", 2048}};
+  const Sizes rope = {{"batch", 4}, {"heads", 16}, {"seq_len", 1024}, {"head_dim", 128}};
+  const auto has = [&](const OpSpec* op, const Sizes& s) {
+    return std::any_of(sizes.begin(), sizes.end(), [&](const auto& p) {
+      if (p.first != op) return false;
+      Sizes known = p.second;
+      for (const auto& [name, value] : s) {
+        if (!known.count(name) || known.at(name) != value) return false;
+      }
+      return true;
+    });
+  };
+  EXPECT_TRUE(has(ops[0], norm));
+  EXPECT_TRUE(has(ops[1], rope));
+
+  ExportRequest request;
+  request.ops = ops;
+  request.dtypes = dtypes;
+  request.extra_sizes = sizes;
+  const ExportPlan exported = make_export_plan(request, c.raw.at("device").get<DeviceInfo>());
+  for (const ExportOp& op : exported.ops) {
+    const Sizes& wanted = op.op == ops[0] ? norm : rope;
+    const auto row = std::find_if(op.rows.begin(), op.rows.end(),
+                                  [&](const ExportRow& r) { return r.sizes == wanted; });
+    ASSERT_NE(row, op.rows.end()) << op.op->name();
+    EXPECT_EQ(row->source, "plan") << op.op->name();
+  }
 }
 
 }  // namespace
