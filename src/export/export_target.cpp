@@ -68,6 +68,14 @@ void copy_export_sources(const ExportPlan& plan, const ExportContext& context, c
   }
 }
 
+nlohmann::json export_manifest(const ExportPlan& plan, const ExportContext& context,
+                               std::string_view target) {
+  nlohmann::json manifest = plan.to_json();
+  manifest["target"] = target;
+  manifest["run"] = context.run;
+  return manifest;
+}
+
 std::string abi_dtype_name(DType dtype) {
   switch (dtype) {
     case DType::f16:

@@ -62,6 +62,10 @@ std::string export_header(const ExportPlan& plan, const ExportContext& context);
 // The C dispatch: per op, the covered sizes of each dtype and the variant each runs.
 std::string dispatch_source(const ExportPlan& plan, const ExportContext& context);
 
+// The plan as JSON with the target's name and the run's provenance: every export's manifest.
+nlohmann::json export_manifest(const ExportPlan& plan, const ExportContext& context,
+                               std::string_view target);
+
 // The kf_dtype enumerator's name in C, e.g. "KF_DTYPE_BF16".
 std::string abi_dtype_name(DType dtype);
 

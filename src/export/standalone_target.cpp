@@ -305,10 +305,8 @@ class StandaloneTarget final : public ExportTarget {
     write_export_file(out, "CMakeLists.txt", example_cmake(), written);
     write_export_file(out, "example/example.cu", example_source(plan, context), written);
     write_export_file(out, "README.md", readme(plan, context), written);
-    nlohmann::json manifest = plan.to_json();
-    manifest["target"] = name();
-    manifest["run"] = context.run;
-    write_export_file(out, "kforge_export.json", manifest.dump(2) + "\n", written);
+    write_export_file(out, "kforge_export.json",
+                      export_manifest(plan, context, name()).dump(2) + "\n", written);
     return written;
   }
 };

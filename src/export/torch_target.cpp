@@ -101,7 +101,7 @@ class TorchTarget final : public ExportTarget {
 
     // The modules: compiled (or taken from kforge's cache) exactly as kforge checks them.
     const Compiler compiler;
-    nlohmann::json manifest = plan.to_json();
+    nlohmann::json manifest = export_manifest(plan, context, name());
     for (size_t o = 0; o < plan.ops.size(); ++o) {
       const ExportOp& op = plan.ops[o];
       for (size_t v = 0; v < op.variants.size(); ++v) {
@@ -117,8 +117,6 @@ class TorchTarget final : public ExportTarget {
         manifest["ops"][o]["variants"][v]["module"] = module;
       }
     }
-    manifest["target"] = name();
-    manifest["run"] = context.run;
     write_export_file(out, "kforge_ops/manifest.json", manifest.dump(2) + "\n", written);
     write_export_file(out, "setup.py", setup_py(plan, context), written);
     write_export_file(out, "README.md", readme(plan, context), written);
