@@ -151,9 +151,9 @@ const Row* covering_row(const std::string& op, const std::vector<at::Tensor>& in
   }
   const auto row = table->second.rows.find({abi_dtype(first), sizes});
   if (row == table->second.rows.end()) {
-    const bool dtype_known = std::any_of(
-        table->second.rows.begin(), table->second.rows.end(),
-        [&](const auto& r) { return r.first.first == abi_dtype(first); });
+    const bool dtype_known =
+        std::any_of(table->second.rows.begin(), table->second.rows.end(),
+                    [&](const auto& r) { return r.first.first == abi_dtype(first); });
     why = dtype_known ? "shape: sizes not exported" : "dtype: not exported";
     return nullptr;
   }
@@ -220,10 +220,12 @@ std::vector<at::Tensor> try_kforge(const std::string& op, const std::vector<at::
 // ---- The ops, each with its ATen composite ----
 
 at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  auto out = try_kforge("rmsnorm", {x, weight}, {eps}, [&] { return std::vector{at::empty_like(x)}; });
+  auto out =
+      try_kforge("rmsnorm", {x, weight}, {eps}, [&] { return std::vector{at::empty_like(x)}; });
   if (!out.empty()) return out[0];
   const at::Tensor xf = x.to(at::kFloat);
-  return (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight.to(at::kFloat)).to(x.scalar_type());
+  return (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight.to(at::kFloat))
+      .to(x.scalar_type());
 }
 
 at::Tensor layernorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
@@ -249,7 +251,8 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
 }
 
 // cos and sin: [seq_len, head_dim / 2]; x: [batch, heads, seq_len, head_dim].
-at::Tensor rotary_embedding_half(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor rotary_embedding_half(const at::Tensor& x, const at::Tensor& cos,
+                                 const at::Tensor& sin) {
   auto out = try_kforge("rotary_embedding_half", {x, cos, sin}, {},
                         [&] { return std::vector{at::empty_like(x)}; });
   if (!out.empty()) return out[0];
@@ -290,7 +293,9 @@ at::Tensor reduce(const at::Tensor& x) {
 
 // ---- Set-up and statistics, called from Python ----
 
-void set_device(const std::string& name) { exported_device_name() = name; }
+void set_device(const std::string& name) {
+  exported_device_name() = name;
+}
 
 void add_op(const std::string& op, const std::vector<std::vector<int64_t>>& key) {
   OpTable& table = tables()[op];
