@@ -1,0 +1,247 @@
+#include "loop/journal.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+#include "core/json_file.h"
+#include "core/process.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+
+nlohmann::json ExperimentRecord::to_json() const {
+  nlohmann::json j = fields;
+  j["experiment"] = number;
+  j["verdict"] = verdict;
+  j["kept"] = kept;
+  j["commit"] = commit;
+  j["proposer"] = proposer;
+  j["note"] = note;
+  j["time_us"] = time_us;
+  j["speedup"] = speedup;
+  return j;
+}
+
+ExperimentRecord ExperimentRecord::from_json(const nlohmann::json& j) {
+  ExperimentRecord r;
+  r.number = j.at("experiment").get<int>();
+  r.verdict = j.value("verdict", "");
+  r.kept = j.value("kept", false);
+  r.commit = j.value("commit", "");
+  r.proposer = j.value("proposer", "");
+  r.note = j.value("note", "");
+  r.time_us = j.value("time_us", 0.0);
+  r.speedup = j.value("speedup", 0.0);
+  r.fields = j;
+  for (const char* key :
+       {"experiment", "verdict", "kept", "commit", "proposer", "note", "time_us", "speedup"})
+    r.fields.erase(key);
+  return r;
+}
+
+namespace {
+
+// git -C repo ARGS...; throws Error with git's output when it fails. A git that a killed loop
+// left running still holds the index lock for a moment: wait for it (5 s), and remove a lock
+// older than that, which no running git holds.
+std::string git(const fs::path& repo, std::vector<std::string> args) {
+  args.insert(args.begin(), {"git", "-C", repo.string()});
+  CommandResult r;
+  for (int attempt = 0;; ++attempt) {
+    r = run_command(args, std::chrono::minutes(2));
+    if (r.ok() || r.output.find("index.lock") == std::string::npos) break;
+    const fs::path lock = repo / ".git" / "index.lock";
+    if (attempt >= 50 && fs::exists(lock)) {
+      fs::remove(lock);
+    } else if (attempt > 60) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!r.ok()) {
+    throw Error(fmt::format("{} failed: {}", fmt::join(args, " "), r.output));
+  }
+  std::string out = r.output;
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
+    out.pop_back();
+  return out;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Appends one line and waits for it to reach the file.
+void append_line(const fs::path& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("cannot open {}", path.string()));
+  const std::string text = line + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) throw Error(fmt::format("cannot append to {}", path.string()));
+}
+
+// Cuts a last line that a killed writer left without its newline.
+void drop_torn_line(const fs::path& path) {
+  if (!fs::exists(path)) return;
+  const std::string text = read_text(path);
+  if (text.empty() || text.back() == '\n') return;
+  const size_t end = text.rfind('\n');
+  fs::resize_file(path, end == std::string::npos ? 0 : end + 1);
+}
+
+std::string tsv_field(std::string text) {
+  for (char& c : text) {
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+std::string tsv_line(const ExperimentRecord& r) {
+  return fmt::format("{}\t{}\t{}\t{}\t{}\t{}\t{}", r.number, r.commit.substr(0, 12), r.verdict,
+                     r.time_us > 0 ? fmt::format("{:.3f}", r.time_us) : "",
+                     r.speedup > 0 ? fmt::format("{:.4f}", r.speedup) : "", tsv_field(r.proposer),
+                     tsv_field(r.note));
+}
+
+}  // namespace
+
+TaskJournal TaskJournal::open(const fs::path& task_dir, const fs::path& kernel_file) {
+  TaskJournal journal(task_dir);
+  const fs::path repo = task_dir / "repo";
+  if (!fs::exists(repo / ".git")) {
+    if (kernel_file.empty() || !fs::is_regular_file(kernel_file)) {
+      throw UsageError(
+          fmt::format("{} has no repository yet: a kernel file to start it from is "
+                      "needed",
+                      task_dir.string()));
+    }
+    fs::create_directories(repo);
+    git(repo, {"init", "-q"});
+    git(repo, {"config", "user.name", "kforge loop"});
+    git(repo, {"config", "user.email", "kforge-loop@localhost"});
+    fs::copy_file(kernel_file, repo / kernel_file.filename(), fs::copy_options::overwrite_existing);
+    git(repo, {"add", kernel_file.filename().string()});
+    git(repo, {"commit", "-q", "-m", fmt::format("start: {}", kernel_file.filename().string())});
+  }
+  journal.kernel_name_ = git(repo, {"ls-files"});
+  if (journal.kernel_name_.empty() || journal.kernel_name_.find('\n') != std::string::npos) {
+    throw Error(fmt::format("{} must track exactly one kernel file", repo.string()));
+  }
+  if (!fs::exists(task_dir / "results.tsv")) {
+    append_line(task_dir / "results.tsv", fmt::format("{}", fmt::join(kResultsColumns, "\t")));
+  }
+  journal.load_records();
+  journal.recover();
+  return journal;
+}
+
+fs::path TaskJournal::kernel_path() const {
+  return dir_ / "repo" / kernel_name_;
+}
+
+std::string TaskJournal::head() const {
+  return git(dir_ / "repo", {"rev-parse", "HEAD"});
+}
+
+std::optional<fs::path> TaskJournal::interrupted() const {
+  if (!interrupted_) return std::nullopt;
+  return proposal_path(*interrupted_);
+}
+
+fs::path TaskJournal::proposal_path(int number) const {
+  return experiment_dir(number) / ("proposal" + fs::path(kernel_name_).extension().string());
+}
+
+fs::path TaskJournal::experiment_dir(int number) const {
+  return dir_ / "experiments" / fmt::format("{:04d}", number);
+}
+
+void TaskJournal::load_records() {
+  const fs::path log = dir_ / "experiments.jsonl";
+  drop_torn_line(log);
+  drop_torn_line(dir_ / "results.tsv");
+  records_.clear();
+  if (!fs::exists(log)) return;
+  std::ifstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) records_.push_back(ExperimentRecord::from_json(nlohmann::json::parse(line)));
+  }
+}
+
+void TaskJournal::recover() {
+  if (!fs::exists(pending_path())) return;
+  const int number = read_json_file(pending_path()).at("experiment").get<int>();
+  const fs::path record = experiment_dir(number) / "record.json";
+  if (fs::exists(record)) {
+    complete(ExperimentRecord::from_json(read_json_file(record)));
+  } else {
+    interrupted_ = number;
+  }
+}
+
+fs::path TaskJournal::begin(const std::string& proposal) {
+  if (interrupted_) {
+    throw Error(fmt::format("experiment {} was interrupted: evaluate {} and finish it first",
+                            *interrupted_, interrupted()->string()));
+  }
+  if (fs::exists(pending_path())) throw Error("an experiment is already under way");
+  const int number = static_cast<int>(records_.size()) + 1;
+  const fs::path path = proposal_path(number);
+  write_text_atomically(path, proposal);
+  write_json_atomically(pending_path(), {{"experiment", number}});
+  return path;
+}
+
+ExperimentRecord TaskJournal::finish(ExperimentRecord record) {
+  if (!fs::exists(pending_path())) throw Error("no experiment is under way");
+  record.number = read_json_file(pending_path()).at("experiment").get<int>();
+  if (!record.kept) record.commit = head();
+  write_json_atomically(experiment_dir(record.number) / "record.json", record.to_json());
+  complete(record);
+  return records_.back();
+}
+
+void TaskJournal::complete(ExperimentRecord record) {
+  const fs::path repo = dir_ / "repo";
+  const std::string subject = fmt::format("experiment {}:", record.number);
+  if (record.kept) {
+    // Committed before a kill? Then HEAD is that commit; otherwise commit it now.
+    if (git(repo, {"log", "-1", "--format=%s"}).rfind(subject, 0) != 0) {
+      fs::copy_file(proposal_path(record.number), kernel_path(),
+                    fs::copy_options::overwrite_existing);
+      git(repo, {"add", kernel_name_});
+      git(repo, {"commit", "-q", "--allow-empty", "-m",
+                 fmt::format("{} {} ({})", subject, record.note, record.verdict)});
+    }
+    record.commit = head();
+    write_json_atomically(experiment_dir(record.number) / "record.json", record.to_json());
+  }
+  // Each log gets the record once, whichever of them a kill came between.
+  if (records_.empty() || records_.back().number < record.number) {
+    append_line(dir_ / "experiments.jsonl", record.to_json().dump());
+    records_.push_back(record);
+  }
+  const std::string tsv = read_text(dir_ / "results.tsv");
+  const size_t previous = tsv.size() >= 2 ? tsv.rfind('\n', tsv.size() - 2) : std::string::npos;
+  const std::string last_line = tsv.substr(previous == std::string::npos ? 0 : previous + 1);
+  if (last_line.rfind(std::to_string(record.number) + "\t", 0) != 0)
+    append_line(dir_ / "results.tsv", tsv_line(record));
+  fs::remove(pending_path());
+  interrupted_.reset();
+}
+
+}  // namespace kforge
