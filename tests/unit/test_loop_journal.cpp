@@ -130,27 +130,27 @@ TEST(TaskJournal, ResumesFromEveryStepAKillCanInterrupt) {
   }
   expect_consistent(a);
 
-  // 2. Killed after the record, before the commit: committed once on reopening.
-  const fs::path b = new_task("recorded");
-  {
-    TaskJournal j = TaskJournal::open(b / "task", b / "start.cpp");
+  // The state finish() leaves once it has written experiment 1's kept record, and nothing more.
+  const auto recorded_only = [](const fs::path& task) {
+    TaskJournal j = TaskJournal::open(task / "task", task / "start.cpp");
     const fs::path proposal = j.begin("v1\n");
     ExperimentRecord r = outcome(true, "recorded");
     r.number = 1;
     write_json_atomically(proposal.parent_path() / "record.json", r.to_json());
-  }
+    return std::pair{j.kernel_path(), proposal};
+  };
+
+  // 2. Killed after the record, before the commit: committed once on reopening.
+  const fs::path b = new_task("recorded");
+  recorded_only(b);
   expect_consistent(b);
   EXPECT_EQ(TaskJournal::open(b / "task").records().size(), 1u);
 
   // 3. Killed after the commit, before the logs: no second commit, logged once.
   const fs::path c = new_task("committed");
   {
-    TaskJournal j = TaskJournal::open(c / "task", c / "start.cpp");
-    const fs::path proposal = j.begin("v1\n");
-    ExperimentRecord r = outcome(true, "committed");
-    r.number = 1;
-    write_json_atomically(proposal.parent_path() / "record.json", r.to_json());
-    fs::copy_file(proposal, j.kernel_path(), fs::copy_options::overwrite_existing);
+    const auto [kernel, proposal] = recorded_only(c);
+    fs::copy_file(proposal, kernel, fs::copy_options::overwrite_existing);
     git(c / "task" / "repo", {"commit", "-q", "-am", "experiment 1: committed (KEEP)"});
   }
   expect_consistent(c);
