@@ -1,0 +1,124 @@
+#include "loop/experiment.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "bench/bencher.h"
+#include "bench/statistics.h"
+#include "core/error.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+
+LoopTask LoopTask::from_json(const nlohmann::json& task) {
+  LoopTask t;
+  const std::string op = task.value("op", "");
+  t.op = find_op(op);
+  if (!t.op) throw UsageError(fmt::format("task names no known op ('{}')", op));
+  t.sizes = t.op->parse_shape(task.value("shape", ""));
+  t.op->complete_sizes(t.sizes);
+  const auto dtype = parse_dtype(task.value("dtype", ""));
+  if (!dtype || !t.op->supports(*dtype)) {
+    throw UsageError(
+        fmt::format("task's dtype '{}' is not one of {}'s", task.value("dtype", ""), op));
+  }
+  t.dtype = *dtype;
+  return t;
+}
+
+namespace {
+
+nlohmann::json timing_json(const BenchResult& r) {
+  return {{"median_us", r.stats.median * 1e3},
+          {"p10_us", r.stats.p10 * 1e3},
+          {"p90_us", r.stats.p90 * 1e3},
+          {"rel_noise", r.stats.rel_noise},
+          {"rel_stderr", r.stats.rel_stderr},
+          {"samples", r.stats.count},
+          {"seed", r.seed},
+          {"variant", r.build.variant.describe()}};
+}
+
+BenchResult time_file(Checker& checker, WorkerClient& worker, const Ceilings& ceilings,
+                      const KernelFile& file, const LoopTask& task,
+                      const EvaluationOptions& options) {
+  BenchOptions bench;
+  bench.sizes = task.sizes;
+  bench.dtype = task.dtype;
+  bench.settings = options.settings;
+  bench.baseline = false;
+  return bench_kernel(checker, worker, file, *task.op, bench, ceilings);
+}
+
+}  // namespace
+
+ExperimentRecord evaluate_proposal(Checker& checker, WorkerClient& worker, const Ceilings& ceilings,
+                                   const LoopTask& task, const fs::path& proposal,
+                                   const fs::path& best, const EvaluationOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  ExperimentRecord record;
+  const auto done = [&](std::string verdict) {
+    record.verdict = std::move(verdict);
+    record.fields["wall_seconds"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return record;
+  };
+
+  std::optional<KernelFile> file;
+  try {
+    file = KernelFile::load(proposal);
+  } catch (const std::exception& e) {
+    record.fields["detail"] = e.what();
+    return done("BAD_FILE");
+  }
+  if (file->op != task.op->name()) {
+    record.fields["detail"] =
+        fmt::format("the proposal is a {} kernel; the task's op is {}", file->op, task.op->name());
+    return done("BAD_FILE");
+  }
+
+  CheckOptions check;
+  check.dtypes = {task.dtype};
+  const CheckReport report = checker.check(*file, check);
+  if (!report.passed()) {
+    record.fields["failing_stage"] = "build";
+    for (const auto& s : report.stages) {
+      if (s.ran && !s.passed) {
+        record.fields["failing_stage"] = s.name;
+        break;
+      }
+    }
+    record.fields["detail"] = report.detail;
+    record.fields["check_seed"] = report.seed;
+    for (const auto& b : report.builds) {
+      if (!b.ok) record.fields["compiler_log"] = b.log;
+    }
+    return done(std::string(verdict_name(report.verdict)));
+  }
+  record.fields["check_seed"] = report.seed;
+
+  const KernelFile best_file = KernelFile::load(best);
+  const BenchResult before = time_file(checker, worker, ceilings, best_file, task, options);
+  const BenchResult after = time_file(checker, worker, ceilings, *file, task, options);
+  if (after.verdict != Verdict::ok) {
+    record.fields["failing_stage"] = "timing";
+    record.fields["detail"] = after.detail;
+    return done(std::string(verdict_name(after.verdict)));
+  }
+  if (before.verdict != Verdict::ok) {
+    throw Error(fmt::format("the task's best kernel {} no longer times: {} ({})", best.string(),
+                            verdict_name(before.verdict), before.detail));
+  }
+  record.time_us = after.stats.median * 1e3;
+  record.fields["best"] = timing_json(before);
+  record.fields["proposal"] = timing_json(after);
+  record.fields["resources"] = after.build.resources.summary();
+  const Comparison c = compare_timings(before.stats, after.stats, options.min_gain);
+  record.fields["comparison"] = comparison_name(c);
+  record.fields["gain_vs_best"] = before.stats.median / after.stats.median;
+  record.kept = c == Comparison::faster;
+  return done(record.kept ? "KEEP" : "REVERT");
+}
+
+}  // namespace kforge

@@ -1,0 +1,49 @@
+// One experiment's evaluation: a proposed kernel file checked in five stages, then timed against
+// the task's current best in the same run, and the keep rule.
+//
+// The keep rule: the proposal passed every stage and its timing, and compare_timings() (both
+// medians' standard errors and noise, bench/statistics.h) finds it FASTER than the best by more
+// than `min_gain` (1% by default, AutoKernel's threshold). The best is timed again beside every
+// proposal, so drift between experiments cannot pass for a gain.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "check/checker.h"
+#include "device/ceilings.h"
+#include "loop/journal.h"
+#include "ops/op_spec.h"
+#include "run/protocol.h"
+#include "run/worker_client.h"
+
+namespace kforge {
+
+// The problem a loop task optimizes.
+struct LoopTask {
+  const OpSpec* op = nullptr;
+  Sizes sizes;  // completed
+  DType dtype = DType::bf16;
+
+  // From a task file's op, shape and dtype (`kforge plan --extract`); UsageError when invalid.
+  static LoopTask from_json(const nlohmann::json& task);
+};
+
+struct EvaluationOptions {
+  BenchSettings settings;  // for the proposal and the best alike
+  double min_gain = 0.01;  // a kept proposal is faster than the best by more than this
+};
+
+// Evaluates `proposal` against `best` (the journal's current kernel file). The record's verdict
+// is "KEEP", "REVERT" (correct, not faster by the rule), or the first failure: "BAD_FILE" (not a
+// kernel file of the task's op), or the check's or the timing's verdict ("COMPILE_ERROR",
+// "WRONG", "CRASH", "TIMEOUT", "INVALID", ...). Its fields carry the failing stage and the
+// failure, or both timings with their spreads and the comparison.
+ExperimentRecord evaluate_proposal(Checker& checker, WorkerClient& worker, const Ceilings& ceilings,
+                                   const LoopTask& task, const std::filesystem::path& proposal,
+                                   const std::filesystem::path& best,
+                                   const EvaluationOptions& options);
+
+}  // namespace kforge
