@@ -75,6 +75,16 @@ std::string git(const fs::path& repo, std::vector<std::string> args) {
   return out;
 }
 
+// Waits (up to 5 s) for a git that holds the index lock to finish; a lock older than that is
+// stale, left by a git killed mid-way, and is removed.
+void wait_for_index(const fs::path& repo) {
+  const fs::path lock = repo / ".git" / "index.lock";
+  for (int i = 0; i < 50 && fs::exists(lock); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::error_code ignored;
+  fs::remove(lock, ignored);
+}
+
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
@@ -219,15 +229,32 @@ void TaskJournal::complete(ExperimentRecord record) {
   const fs::path repo = dir_ / "repo";
   const std::string subject = fmt::format("experiment {}:", record.number);
   if (record.kept) {
-    // Committed before a kill? Then HEAD is that commit; otherwise commit it now.
-    if (git(repo, {"log", "-1", "--format=%s"}).rfind(subject, 0) != 0) {
+    // A git the killed process started may still be committing this experiment: let it finish,
+    // then commit only if no commit of this experiment exists.
+    wait_for_index(repo);
+    const auto committed = [&] {
+      return git(repo, {"log", "-n", "1", "--fixed-strings", "--grep", subject, "--format=%H"});
+    };
+    std::string commit = committed();
+    if (commit.empty()) {
       fs::copy_file(proposal_path(record.number), kernel_path(),
                     fs::copy_options::overwrite_existing);
       git(repo, {"add", kernel_name_});
-      git(repo, {"commit", "-q", "--allow-empty", "-m",
-                 fmt::format("{} {} ({})", subject, record.note, record.verdict)});
+      const std::string message = fmt::format("{} {} ({})", subject, record.note, record.verdict);
+      // Nothing to commit: the proposal is the current file, or a late git committed it.
+      if (git(repo, {"status", "--porcelain"}).empty()) {
+        commit = committed();
+        if (commit.empty()) git(repo, {"commit", "-q", "--allow-empty", "-m", message});
+      } else {
+        try {
+          git(repo, {"commit", "-q", "-m", message});
+        } catch (const Error&) {
+          if (committed().empty()) throw;  // not a late git's commit of the same change
+        }
+      }
+      if (commit.empty()) commit = committed();
     }
-    record.commit = head();
+    record.commit = commit;
     write_json_atomically(experiment_dir(record.number) / "record.json", record.to_json());
   }
   // Each log gets the record once, whichever of them a kill came between.

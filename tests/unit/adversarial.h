@@ -79,13 +79,6 @@ inline std::string printed_verdict(const std::string& output) {
   return std::regex_search(output, m, verdict_re) ? m[2].str() : "NO VERDICT";
 }
 
-inline std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Processes that a finished kforge run must not have left: workers whose kforge is gone, and
 // the programs the adversarial kernels try to start (sleep 8639x).
 inline std::vector<std::string> leftover_processes() {

@@ -52,12 +52,7 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::read_text;
 
 void write_text(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());

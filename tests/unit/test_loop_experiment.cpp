@@ -16,12 +16,7 @@ namespace kforge {
 namespace {
 namespace fs = std::filesystem;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test::read_text;
 
 // rmsnorm_cpu.cpp with `from` replaced by `to` (once), written to `dir / name`.
 fs::path edited(const fs::path& dir, const std::string& name, const std::string& from,

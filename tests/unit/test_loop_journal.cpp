@@ -23,12 +23,7 @@ namespace kforge {
 namespace {
 namespace fs = std::filesystem;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test::read_text;
 
 std::vector<std::string> lines(const fs::path& path) {
   std::vector<std::string> out;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -22,6 +24,13 @@ inline std::string kernels_dir() {
 }
 inline std::string test_data_dir() {
   return (source_root() / "tests" / "data").string();
+}
+// A file's whole text ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 // The kforge binary sits at the top of the build directory; tests live one level below.
 inline std::string kforge_binary() {
