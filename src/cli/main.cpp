@@ -31,6 +31,7 @@
 #include "cli/common.h"
 #include "cli/export_command.h"
 #include "cli/import_command.h"
+#include "cli/loop_command.h"
 #include "cli/plan_command.h"
 #include "cli/profile_command.h"
 #include "cli/table_check.h"
@@ -360,6 +361,8 @@ int main(int argc, char** argv) {
   auto* export_cmd = add_export_command(app, export_flags, device_flags);
   VerifyFlags verify_flags;
   auto* verify = add_verify_command(app, verify_flags);
+  LoopFlags loop_flags;
+  auto* loop = add_loop_command(app, loop_flags, device_flags);
 
   ProfileFlags profile_flags;
   auto* profile = add_profile_command(app, profile_flags);
@@ -397,6 +400,7 @@ int main(int argc, char** argv) {
     if (*build) return cmd_build(build_flags, device_flags, args);
     if (*export_cmd) return cmd_export(export_flags, device_flags, args);
     if (*verify) return cmd_verify(verify_flags);
+    if (*loop) return cmd_loop(loop_flags, device_flags);
     if (*profile) return cmd_profile(profile_flags, args);
     if (*plan) return cmd_plan(plan_flags, args);
     if (*import_torch_trace) return cmd_import_torch_trace(torch_trace_flags, args);

@@ -1,0 +1,189 @@
+#include "cli/loop_command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/json_file.h"
+#include "device/ceilings.h"
+#include "loop/experiment.h"
+#include "loop/journal.h"
+#include "ops/op_spec.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+
+CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device) {
+  auto* cmd = app.add_subcommand(
+      "loop", "Keep/revert experiments on the tasks of a workspace (docs/loop.md)");
+  cmd->add_option("workspace", flags.workspace, "A workspace from `kforge plan --extract`")
+      ->required();
+  cmd->add_option("--submit", flags.submit,
+                  "A new version of the task's kernel file: checked, timed against the task's "
+                  "best and kept (a commit) or reverted");
+  cmd->add_option("--task", flags.task, "The task folder to submit to (default: the first)");
+  cmd->add_option("--note", flags.note, "What the change does, for the logs");
+  cmd->add_option("--proposer", flags.proposer, "Who proposed it, for the logs")
+      ->capture_default_str();
+  cmd->add_option("--max-seconds", flags.max_seconds, "Timing cap per kernel and experiment")
+      ->capture_default_str();
+  cmd->add_option("--json", flags.json_path, "Write the workspace's state as JSON ('-': stdout)");
+  add_device_flags(cmd, device);
+  return cmd;
+}
+
+namespace {
+
+// The task folders of a workspace (those holding a task.json), in name order (the plan's rank).
+std::vector<fs::path> task_dirs(const fs::path& workspace) {
+  if (!fs::is_directory(workspace)) {
+    throw UsageError(fmt::format("{} is not a workspace directory", workspace.string()));
+  }
+  std::vector<fs::path> dirs;
+  for (const auto& entry : fs::directory_iterator(workspace)) {
+    if (entry.is_directory() && fs::exists(entry.path() / "task.json"))
+      dirs.push_back(entry.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  if (dirs.empty()) {
+    throw UsageError(
+        fmt::format("{} has no task folders (task.json): make them with `kforge "
+                    "plan PROFILE --extract N --workspace {}`",
+                    workspace.string(), workspace.string()));
+  }
+  return dirs;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("cannot read {}", path.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The best time so far: the last kept experiment's, else the start's as timed beside the first.
+double best_us(const TaskJournal& journal) {
+  for (auto r = journal.records().rbegin(); r != journal.records().rend(); ++r) {
+    if (r->kept) return r->time_us;
+  }
+  for (const auto& r : journal.records()) {
+    if (r.fields.contains("best")) return r.fields.at("best").value("median_us", 0.0);
+  }
+  return 0;
+}
+
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+double start_us(const TaskJournal& journal) {
+  for (const auto& r : journal.records()) {
+    if (r.fields.contains("best")) return r.fields.at("best").value("median_us", 0.0);
+  }
+  return 0;
+}
+
+nlohmann::json task_state(const fs::path& dir, const TaskJournal& journal) {
+  int kept = 0;
+  int reverts_in_a_row = 0;
+  for (const auto& r : journal.records()) {
+    kept += r.kept;
+    reverts_in_a_row = r.kept ? 0 : reverts_in_a_row + 1;
+  }
+  const double start = start_us(journal);
+  const double best = best_us(journal);
+  return {{"task", dir.filename().string()},
+          {"kernel", journal.kernel_path().string()},
+          {"experiments", journal.records().size()},
+          {"kept", kept},
+          {"reverts_in_a_row", reverts_in_a_row},
+          {"start_us", start},
+          {"best_us", best},
+          {"speedup", start > 0 && best > 0 ? start / best : 1.0},
+          {"interrupted", journal.interrupted().has_value()},
+          {"head", journal.head()}};
+}
+
+}  // namespace
+
+int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
+  const std::vector<fs::path> dirs = task_dirs(flags.workspace);
+  const std::string backend = pick_backend(device, nullptr);
+
+  // Every task's journal, its repository started from the op's starter for this backend.
+  std::vector<std::pair<fs::path, TaskJournal>> journals;
+  for (const fs::path& dir : dirs) {
+    const LoopTask task = LoopTask::from_json(read_json_file(dir / "task.json"));
+    const fs::path starter =
+        library_kernels_dir() / starter_kernel(task.op->name(), backend == "cuda");
+    journals.emplace_back(dir, TaskJournal::open(dir, starter));
+  }
+
+  if (!flags.submit.empty() || std::any_of(journals.begin(), journals.end(), [](const auto& j) {
+        return j.second.interrupted().has_value();
+      })) {
+    WorkerClient worker({backend, device.device});
+    Compiler compiler;
+    Checker checker(compiler, worker);
+    const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
+    EvaluationOptions options;
+    options.settings.max_seconds = flags.max_seconds;
+    const auto run = [&](const fs::path& dir, TaskJournal& journal, const fs::path& proposal,
+                         const std::string& note) {
+      const LoopTask task = LoopTask::from_json(read_json_file(dir / "task.json"));
+      ExperimentRecord r = evaluate_proposal(checker, worker, ceilings, task, proposal,
+                                             journal.kernel_path(), options);
+      r.proposer = flags.proposer;
+      r.note = note;
+      const double start =
+          start_us(journal) > 0
+              ? start_us(journal)
+              : r.fields.value("best", nlohmann::json::object()).value("median_us", 0.0);
+      if (r.time_us > 0 && start > 0) r.speedup = start / r.time_us;
+      const ExperimentRecord logged = journal.finish(r);
+      fmt::print("[{}] #{} {:<13} {} (best {:.2f} us, {:.3f}x the start) {}\n",
+                 dir.filename().string(), logged.number, logged.verdict,
+                 logged.time_us > 0 ? fmt::format("{:.2f} us", logged.time_us) : "not timed",
+                 best_us(journal),
+                 start > 0 && best_us(journal) > 0 ? start / best_us(journal) : 1.0,
+                 first_line(logged.fields.value("detail", logged.note)));
+    };
+    for (auto& [dir, journal] : journals) {
+      if (const auto proposal = journal.interrupted()) {
+        progress_line(fmt::format("[{}] evaluating experiment {} again (interrupted)",
+                                  dir.filename().string(), journal.records().size() + 1));
+        run(dir, journal, *proposal, "resumed");
+      }
+    }
+    if (!flags.submit.empty()) {
+      auto target = journals.begin();
+      if (!flags.task.empty()) {
+        target = std::find_if(journals.begin(), journals.end(),
+                              [&](const auto& j) { return j.first.filename() == flags.task; });
+        if (target == journals.end())
+          throw UsageError(fmt::format("no task folder {} in {}", flags.task, flags.workspace));
+      }
+      const fs::path saved = target->second.begin(read_text(flags.submit));
+      run(target->first, target->second, saved, flags.note);
+    }
+  }
+
+  nlohmann::json state = nlohmann::json::array();
+  fmt::print("{:<36} {:>5} {:>5} {:>10} {:>10} {:>8}\n", "task", "exps", "kept", "start us",
+             "best us", "speedup");
+  for (const auto& [dir, journal] : journals) {
+    const nlohmann::json s = task_state(dir, journal);
+    state.push_back(s);
+    fmt::print("{:<36} {:>5} {:>5} {:>10.2f} {:>10.2f} {:>7.3f}x\n", s["task"].get<std::string>(),
+               s["experiments"].get<size_t>(), s["kept"].get<int>(), s["start_us"].get<double>(),
+               s["best_us"].get<double>(), s["speedup"].get<double>());
+  }
+  if (!flags.json_path.empty()) write_json(state, flags.json_path);
+  return 0;
+}
+
+}  // namespace kforge

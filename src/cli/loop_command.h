@@ -1,0 +1,33 @@
+// `kforge loop DIR`: the experiment loop over a workspace of tasks (`kforge plan --extract N
+// --workspace DIR`). Each task folder gets a journal (src/loop/journal.h) whose repository starts
+// from the op's starter kernel for the backend. Today a person or an external agent drives it:
+//
+//   kforge loop DIR                                    every task: experiments, kept, best, state
+//   kforge loop DIR --submit FILE --task T --note "…"  one experiment: check, time, keep or revert
+//
+// An experiment a killed run left is evaluated again before anything new.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common.h"
+
+namespace kforge {
+
+struct LoopFlags {
+  std::string workspace;
+  std::string submit;  // a kernel file: the new version of the task's one file
+  std::string task;    // a task folder's name (default: the only task, or the first)
+  std::string note;    // the proposer's description of the change
+  std::string proposer = "agent";
+  double max_seconds = 1.0;  // timing cap per kernel per experiment
+  std::string json_path;
+};
+
+CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device);
+int cmd_loop(const LoopFlags& flags, const DeviceFlags& device);
+
+}  // namespace kforge
