@@ -58,6 +58,18 @@ std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
   return out;
 }
 
+std::vector<const OpSpec*> ops_named(const std::string& text) {
+  std::vector<const OpSpec*> ops;
+  for (size_t begin = 0; begin <= text.size();) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const OpSpec* op = find_op(text.substr(begin, end - begin));
+    if (!op) return {};
+    if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+    begin = end + 1;
+  }
+  return ops;
+}
+
 ParamValues parse_params(const std::vector<std::string>& items) {
   ParamValues out;
   for (const auto& item : items) {

@@ -30,6 +30,9 @@ void add_device_flags(CLI::App* cmd, DeviceFlags& flags);
 // GPU is visible. Throws UsageError when it cannot run here.
 std::string pick_backend(const DeviceFlags& flags, const KernelFile* file);
 std::vector<DType> parse_dtypes(const std::vector<std::string>& names);
+// The ops named in "rmsnorm" or "rmsnorm,softmax", in order, each once; empty when any name is
+// not an op (the text may be a file instead).
+std::vector<const OpSpec*> ops_named(const std::string& text);
 ParamValues parse_params(const std::vector<std::string>& items);
 std::string device_line(const DeviceInfo& d);
 // What a candidate printed (captured by its worker), indented under a heading; nothing when

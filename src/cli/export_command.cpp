@@ -79,14 +79,11 @@ std::vector<const OpSpec*> requested_ops(const ExportFlags& flags, const DeviceI
       }
       continue;
     }
-    size_t begin = 0;
-    while (begin <= item.size()) {
-      const size_t end = std::min(item.find(',', begin), item.size());
-      const std::string name = item.substr(begin, end - begin);
-      const OpSpec* op = find_op(name);
-      if (!op) throw UsageError(fmt::format("unknown op '{}' (known: {})", name, op_names()));
+    const std::vector<const OpSpec*> named = ops_named(item);
+    if (named.empty())
+      throw UsageError(fmt::format("unknown op in '{}' (known: {})", item, op_names()));
+    for (const OpSpec* op : named) {
       if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
-      begin = end + 1;
     }
   }
   return ops;
@@ -114,23 +111,16 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
   if (!flags.plan_path.empty()) plan_json = read_json_file(flags.plan_path);
   std::vector<DType> plan_dtypes;
   if (!flags.plan_path.empty() && flags.ops.empty()) {
-    // The plan's ops that an export can dispatch.
+    // The plan's ops that an export can dispatch, in the plan's order.
+    std::vector<const OpSpec*> dispatchable;
     for (const OpSpec* op : all_ops()) {
-      try {
-        dispatch_key(*op);
-      } catch (const UsageError&) {
-        continue;
-      }
-      request.ops.push_back(op);
+      if (kforge::dispatchable(*op)) dispatchable.push_back(op);
     }
-    auto sizes = plan_sizes(plan_json, request.ops, &plan_dtypes);
-    request.ops.erase(std::remove_if(request.ops.begin(), request.ops.end(),
-                                     [&](const OpSpec* op) {
-                                       return std::none_of(
-                                           sizes.begin(), sizes.end(),
-                                           [&](const auto& s) { return s.first == op; });
-                                     }),
-                      request.ops.end());
+    auto sizes = plan_sizes(plan_json, dispatchable, &plan_dtypes);
+    for (const auto& [op, s] : sizes) {
+      if (std::find(request.ops.begin(), request.ops.end(), op) == request.ops.end())
+        request.ops.push_back(op);
+    }
     request.extra_sizes = std::move(sizes);
   } else {
     if (flags.ops.empty()) throw UsageError("name the ops to export, or pass --plan");

@@ -1,8 +1,6 @@
 #include "cli/loop_command.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -57,34 +55,24 @@ std::vector<fs::path> task_dirs(const fs::path& workspace) {
   return dirs;
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(fmt::format("cannot read {}", path.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// The best time so far: the last kept experiment's, else the start's as timed beside the first.
-double best_us(const TaskJournal& journal) {
-  for (auto r = journal.records().rbegin(); r != journal.records().rend(); ++r) {
-    if (r->kept) return r->time_us;
-  }
-  for (const auto& r : journal.records()) {
-    if (r.fields.contains("best")) return r.fields.at("best").value("median_us", 0.0);
-  }
-  return 0;
-}
-
 std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
+// The start's time, as timed beside the first experiment that was timed (0: none yet).
 double start_us(const TaskJournal& journal) {
   for (const auto& r : journal.records()) {
     if (r.fields.contains("best")) return r.fields.at("best").value("median_us", 0.0);
   }
   return 0;
+}
+
+// The best time so far: the last kept experiment's, else the start's.
+double best_us(const TaskJournal& journal) {
+  for (auto r = journal.records().rbegin(); r != journal.records().rend(); ++r) {
+    if (r->kept) return r->time_us;
+  }
+  return start_us(journal);
 }
 
 nlohmann::json task_state(const fs::path& dir, const TaskJournal& journal) {
@@ -114,17 +102,22 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   const std::vector<fs::path> dirs = task_dirs(flags.workspace);
   const std::string backend = pick_backend(device, nullptr);
 
-  // Every task's journal, its repository started from the op's starter for this backend.
-  std::vector<std::pair<fs::path, TaskJournal>> journals;
+  // Every task and its journal, the repository started from the op's starter for this backend.
+  struct Task {
+    fs::path dir;
+    LoopTask task;
+    TaskJournal journal;
+  };
+  std::vector<Task> tasks;
   for (const fs::path& dir : dirs) {
     const LoopTask task = LoopTask::from_json(read_json_file(dir / "task.json"));
     const fs::path starter =
         library_kernels_dir() / starter_kernel(task.op->name(), backend == "cuda");
-    journals.emplace_back(dir, TaskJournal::open(dir, starter));
+    tasks.push_back({dir, task, TaskJournal::open(dir, starter)});
   }
 
-  if (!flags.submit.empty() || std::any_of(journals.begin(), journals.end(), [](const auto& j) {
-        return j.second.interrupted().has_value();
+  if (!flags.submit.empty() || std::any_of(tasks.begin(), tasks.end(), [](const Task& t) {
+        return t.journal.interrupted().has_value();
       })) {
     WorkerClient worker({backend, device.device});
     Compiler compiler;
@@ -132,51 +125,51 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
     const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
     EvaluationOptions options;
     options.settings.max_seconds = flags.max_seconds;
-    const auto run = [&](const fs::path& dir, TaskJournal& journal, const fs::path& proposal,
-                         const std::string& note) {
-      const LoopTask task = LoopTask::from_json(read_json_file(dir / "task.json"));
-      ExperimentRecord r = evaluate_proposal(checker, worker, ceilings, task, proposal,
-                                             journal.kernel_path(), options);
+    const auto run = [&](Task& t, const fs::path& proposal, const std::string& note) {
+      ExperimentRecord r = evaluate_proposal(checker, worker, ceilings, t.task, proposal,
+                                             t.journal.kernel_path(), options);
       r.proposer = flags.proposer;
       r.note = note;
-      const double start =
-          start_us(journal) > 0
-              ? start_us(journal)
-              : r.fields.value("best", nlohmann::json::object()).value("median_us", 0.0);
+      // The first timed experiment times the start beside it.
+      double start = start_us(t.journal);
+      if (start == 0)
+        start = r.fields.value("best", nlohmann::json::object()).value("median_us", 0.0);
       if (r.time_us > 0 && start > 0) r.speedup = start / r.time_us;
-      const ExperimentRecord logged = journal.finish(r);
+      const ExperimentRecord logged = t.journal.finish(r);
+      const double best = best_us(t.journal);
       fmt::print("[{}] #{} {:<13} {} (best {:.2f} us, {:.3f}x the start) {}\n",
-                 dir.filename().string(), logged.number, logged.verdict,
-                 logged.time_us > 0 ? fmt::format("{:.2f} us", logged.time_us) : "not timed",
-                 best_us(journal),
-                 start > 0 && best_us(journal) > 0 ? start / best_us(journal) : 1.0,
+                 t.dir.filename().string(), logged.number, logged.verdict,
+                 logged.time_us > 0 ? fmt::format("{:.2f} us", logged.time_us) : "not timed", best,
+                 start > 0 && best > 0 ? start / best : 1.0,
                  first_line(logged.fields.value("detail", logged.note)));
     };
-    for (auto& [dir, journal] : journals) {
-      if (const auto proposal = journal.interrupted()) {
+    for (Task& t : tasks) {
+      if (const auto proposal = t.journal.interrupted()) {
         progress_line(fmt::format("[{}] evaluating experiment {} again (interrupted)",
-                                  dir.filename().string(), journal.records().size() + 1));
-        run(dir, journal, *proposal, "resumed");
+                                  t.dir.filename().string(), t.journal.records().size() + 1));
+        run(t, *proposal, "resumed");
       }
     }
     if (!flags.submit.empty()) {
-      auto target = journals.begin();
+      auto target = tasks.begin();
       if (!flags.task.empty()) {
-        target = std::find_if(journals.begin(), journals.end(),
-                              [&](const auto& j) { return j.first.filename() == flags.task; });
-        if (target == journals.end())
+        target = std::find_if(tasks.begin(), tasks.end(),
+                              [&](const Task& t) { return t.dir.filename() == flags.task; });
+        if (target == tasks.end())
           throw UsageError(fmt::format("no task folder {} in {}", flags.task, flags.workspace));
       }
-      const fs::path saved = target->second.begin(read_text(flags.submit));
-      run(target->first, target->second, saved, flags.note);
+      if (!fs::is_regular_file(flags.submit))
+        throw UsageError(fmt::format("cannot read {}", flags.submit));
+      const fs::path saved = target->journal.begin(read_text_file(flags.submit));
+      run(*target, saved, flags.note);
     }
   }
 
   nlohmann::json state = nlohmann::json::array();
   fmt::print("{:<36} {:>5} {:>5} {:>10} {:>10} {:>8}\n", "task", "exps", "kept", "start us",
              "best us", "speedup");
-  for (const auto& [dir, journal] : journals) {
-    const nlohmann::json s = task_state(dir, journal);
+  for (const Task& t : tasks) {
+    const nlohmann::json s = task_state(t.dir, t.journal);
     state.push_back(s);
     fmt::print("{:<36} {:>5} {:>5} {:>10.2f} {:>10.2f} {:>7.3f}x\n", s["task"].get<std::string>(),
                s["experiments"].get<size_t>(), s["kept"].get<int>(), s["start_us"].get<double>(),

@@ -366,23 +366,6 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
 
 namespace {
 
-// The ops a target names: one op, ops joined by commas, or "all" (every op with library files
-// for the backend). Empty when the target is not an op name at all.
-std::vector<const OpSpec*> target_ops(const std::string& target) {
-  std::vector<const OpSpec*> ops;
-  if (target == "all") return all_ops();
-  size_t begin = 0;
-  while (begin <= target.size()) {
-    const size_t end = std::min(target.find(',', begin), target.size());
-    const std::string name = target.substr(begin, end - begin);
-    const OpSpec* op = find_op(name);
-    if (!op) return {};
-    ops.push_back(op);
-    begin = end + 1;
-  }
-  return ops;
-}
-
 // The table `--adopt` names: a table file, or the library's table of a device key in `dtype`
 // (or the dtype of the same width).
 fs::path adopted_table_path(const std::string& adopt, const OpSpec& op, DType dtype) {
@@ -477,7 +460,7 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
   if (fs::is_regular_file(flags.target)) single = KernelFile::load(flags.target);
   const std::vector<const OpSpec*> ops =
       single ? std::vector<const OpSpec*>{&KernelSession::op_of(*single)}
-             : target_ops(flags.target);
+             : (flags.target == "all" ? all_ops() : ops_named(flags.target));
   if (ops.empty()) {
     throw UsageError(fmt::format(
         "'{}' is neither a kernel file, an op, ops joined by commas nor 'all' (known ops: {})",

@@ -1,6 +1,7 @@
 #include "core/json_file.h"
 
 #include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -21,6 +22,14 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not JSON: {}", path.string(), e.what()));
   }
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(fmt::format("cannot read {}", path.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 void write_text_atomically(const std::filesystem::path& path, const std::string& text) {

@@ -17,6 +17,9 @@ void write_json_atomically(const std::filesystem::path& path, const nlohmann::js
 // The JSON document in `path`; throws Error naming the file when it cannot be read or parsed.
 nlohmann::json read_json_file(const std::filesystem::path& path);
 
+// The whole text of `path`; throws Error naming the file when it cannot be read.
+std::string read_text_file(const std::filesystem::path& path);
+
 // The same for text, written as given.
 void write_text_atomically(const std::filesystem::path& path, const std::string& text);
 

@@ -48,6 +48,15 @@ std::vector<DispatchDim> dispatch_key(const OpSpec& op) {
   return key;
 }
 
+bool dispatchable(const OpSpec& op) {
+  try {
+    dispatch_key(op);
+    return true;
+  } catch (const UsageError&) {
+    return false;
+  }
+}
+
 std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
                                     const std::vector<std::vector<int64_t>>& shapes) {
   Sizes sizes;
@@ -133,6 +142,7 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
 
       for (const auto& [problem, source] : sizes) {
         const LibraryChoice choice = library_choice(*op, problem, dtype, device);
+        const std::string reason = choice.describe();
         out.untuned_device = out.untuned_device || choice.untuned_device();
         auto loaded = files.find(choice.file);
         if (loaded == files.end())
@@ -148,13 +158,13 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
           v.symbol = fmt::format("kforge_{}_{}_v{}", name, dtype_name(dtype), out.variants.size());
           v.file = choice.file;
           v.variant = variant;
-          v.choice = choice.describe();
+          v.choice = reason;
           v.tuned_us = choice.tuned_median_us;
           out.variants.push_back(std::move(v));
           same = out.variants.end() - 1;
         }
         out.rows.push_back({key_sizes(key, problem), static_cast<int>(same - out.variants.begin()),
-                            source, choice.describe()});
+                            source, reason});
       }
       plan.ops.push_back(std::move(out));
     }

@@ -84,6 +84,9 @@ struct ExportRequest {
 // dimension of any input (such an op cannot be dispatched on its tensors).
 std::vector<DispatchDim> dispatch_key(const OpSpec& op);
 
+// Whether dispatch_key(op) exists: every size of `op` is an input dimension.
+bool dispatchable(const OpSpec& op);
+
 // The dispatch key's values for tensors of `shapes` (one per input), or nothing when a tensor
 // has fewer dimensions than its spec. The same rule the generated dispatch code follows.
 std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,

@@ -1,6 +1,6 @@
 #include "export/export_target.h"
 
-#include <fstream>
+#include <cctype>
 #include <set>
 
 #include <fmt/format.h>
@@ -37,32 +37,36 @@ void write_export_file(const fs::path& out, const fs::path& relative, const std:
   written.push_back(relative);
 }
 
+void copy_export_file(const fs::path& source, const fs::path& out, const fs::path& relative,
+                      std::vector<fs::path>& written) {
+  fs::create_directories((out / relative).parent_path());
+  fs::copy_file(source, out / relative, fs::copy_options::overwrite_existing);
+  written.push_back(relative);
+}
+
 void copy_export_sources(const ExportPlan& plan, const ExportContext& context, const fs::path& out,
                          std::vector<fs::path>& written) {
   for (const auto& entry : fs::directory_iterator(context.include_dir / "kforge")) {
-    if (!entry.is_regular_file()) continue;
-    const fs::path relative = fs::path("include") / "kforge" / entry.path().filename();
-    fs::create_directories((out / relative).parent_path());
-    fs::copy_file(entry.path(), out / relative, fs::copy_options::overwrite_existing);
-    written.push_back(relative);
+    if (entry.is_regular_file())
+      copy_export_file(entry.path(), out, fs::path("include") / "kforge" / entry.path().filename(),
+                       written);
   }
-  std::set<fs::path> copied;
+  std::set<fs::path> copied;   // relative paths written
+  std::set<fs::path> folders;  // kernel folders whose headers are copied
   for (const ExportOp& op : plan.ops) {
+    const fs::path target = fs::path("kernels") / std::string(op.op->name());
     for (const ExportVariant& v : op.variants) {
-      const fs::path dir = v.file.parent_path();
-      const fs::path target = fs::path("kernels") / std::string(op.op->name());
       // The kernel file and its folder's headers (a file may include a sibling .cuh).
       std::vector<fs::path> sources = {v.file};
-      for (const auto& entry : fs::directory_iterator(dir)) {
-        const std::string ext = entry.path().extension().string();
-        if (ext == ".cuh" || ext == ".h") sources.push_back(entry.path());
+      if (folders.insert(v.file.parent_path()).second) {
+        for (const auto& entry : fs::directory_iterator(v.file.parent_path())) {
+          const std::string ext = entry.path().extension().string();
+          if (ext == ".cuh" || ext == ".h") sources.push_back(entry.path());
+        }
       }
       for (const fs::path& source : sources) {
-        const fs::path relative = target / source.filename();
-        if (!copied.insert(relative).second) continue;
-        fs::create_directories((out / relative).parent_path());
-        fs::copy_file(source, out / relative, fs::copy_options::overwrite_existing);
-        written.push_back(relative);
+        if (copied.insert(target / source.filename()).second)
+          copy_export_file(source, out, target / source.filename(), written);
       }
     }
   }
@@ -77,21 +81,10 @@ nlohmann::json export_manifest(const ExportPlan& plan, const ExportContext& cont
 }
 
 std::string abi_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return "KF_DTYPE_F16";
-    case DType::bf16:
-      return "KF_DTYPE_BF16";
-    case DType::f32:
-      return "KF_DTYPE_F32";
-    case DType::f64:
-      return "KF_DTYPE_F64";
-    case DType::i32:
-      return "KF_DTYPE_I32";
-    case DType::i64:
-      return "KF_DTYPE_I64";
-  }
-  throw Error("unknown dtype");
+  std::string name(dtype_name(dtype));  // "bf16" -> "KF_DTYPE_BF16", as kforge/kernel.h spells it
+  for (char& c : name)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return "KF_DTYPE_" + name;
 }
 
 std::string export_provenance(const ExportPlan& plan, const ExportContext& context) {

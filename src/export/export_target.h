@@ -42,6 +42,11 @@ const ExportTarget* find_export_target(std::string_view name);
 void write_export_file(const std::filesystem::path& out, const std::filesystem::path& relative,
                        const std::string& text, std::vector<std::filesystem::path>& written);
 
+// Copies `source` to `out / relative`, creating directories, and adds `relative` to `written`.
+void copy_export_file(const std::filesystem::path& source, const std::filesystem::path& out,
+                      const std::filesystem::path& relative,
+                      std::vector<std::filesystem::path>& written);
+
 // Copies what the plan's variants compile from: include/kforge/ (the ABI and the headers kernel
 // files include) to include/kforge/, and each used kernel file with its folder's headers to
 // kernels/<op>/.

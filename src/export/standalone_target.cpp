@@ -44,8 +44,10 @@ std::string cmake_file(const ExportPlan& plan, const ExportContext& context) {
       "  POSITION_INDEPENDENT_CODE ON)\n"
       "# The kernels are C++20; CMake does not know every nvcc's C++20 flag, so it is given.\n"
       "target_compile_options(kforge_export PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 -O3>)\n"
-      "target_link_libraries(kforge_export PUBLIC CUDA::cudart)\n",
-      export_provenance(plan, context), plan.arch, sources, cmake_architecture(plan.arch));
+      "target_link_libraries(kforge_export PUBLIC CUDA::cudart)\n"
+      "set(KFORGE_EXPORT_ARCHITECTURES {})\n",
+      export_provenance(plan, context), plan.arch, sources, cmake_architecture(plan.arch),
+      cmake_architecture(plan.arch));
 }
 
 std::string example_cmake() {
@@ -117,7 +119,8 @@ std::string example_case(const ExportOp& op, const ExportRow& row, const std::st
   }
   declarations += fmt::format("  kf_tensor inputs[{}] = {{}};\n  kf_tensor outputs[{}] = {{}};\n",
                               std::max(inputs, 1), std::max(outputs, 1));
-  const std::string scalars = fmt::format("{:.17g}", fmt::join(op.op->scalar_values(sizes), ", "));
+  const std::vector<double> scalar_values = op.op->scalar_values(sizes);
+  const std::string scalars = fmt::format("{:.17g}", fmt::join(scalar_values, ", "));
   declarations +=
       fmt::format("  const double scalars[] = {{{}}};\n", scalars.empty() ? "0" : scalars);
   std::string finite_checks;
@@ -149,7 +152,7 @@ std::string example_case(const ExportOp& op, const ExportRow& row, const std::st
       "  for (int i = 0; i < {7}; ++i) cudaFree(outputs[i].data);\n"
       "  return ok ? 0 : 1;\n}}\n",
       op.op->name(), dtype_name(op.dtype), op.op->format_shape(row.sizes), function, declarations,
-      body, inputs, outputs, op.op->scalar_values(sizes).size(), finite_checks);
+      body, inputs, outputs, scalar_values.size(), finite_checks);
 }
 
 // The row an op's example runs: its default size when covered, else its largest.
@@ -299,9 +302,7 @@ class StandaloneTarget final : public ExportTarget {
                           variant_source(op, v, "../kernels"), written);
       }
     }
-    std::string cmake = cmake_file(plan, context);
-    cmake += fmt::format("set(KFORGE_EXPORT_ARCHITECTURES {})\n", cmake_architecture(plan.arch));
-    write_export_file(out, "kforge_export.cmake", cmake, written);
+    write_export_file(out, "kforge_export.cmake", cmake_file(plan, context), written);
     write_export_file(out, "CMakeLists.txt", example_cmake(), written);
     write_export_file(out, "example/example.cu", example_source(plan, context), written);
     write_export_file(out, "README.md", readme(plan, context), written);

@@ -10,6 +10,8 @@
 //   OUT/kforge_ops/patch.py            patch(model): swaps kforge ops into a model
 //   OUT/kforge_ops/manifest.json       the plan: device, variants with their module files, rows
 //   OUT/kforge_ops/modules/<symbol>.so the compiled variants, as kforge built and checked them
+#include <map>
+
 #include <fmt/format.h>
 
 #include "compile/compiler.h"
@@ -23,13 +25,6 @@ namespace {
 // src/export/torch/ in the source tree: the extension and the package's Python files.
 fs::path torch_support_dir() {
   return default_include_dir().parent_path() / "src" / "export" / "torch";
-}
-
-void copy_file_to(const fs::path& source, const fs::path& out, const fs::path& relative,
-                  std::vector<fs::path>& written) {
-  fs::create_directories((out / relative).parent_path());
-  fs::copy_file(source, out / relative, fs::copy_options::overwrite_existing);
-  written.push_back(relative);
 }
 
 std::string setup_py(const ExportPlan& plan, const ExportContext& context) {
@@ -94,26 +89,30 @@ class TorchTarget final : public ExportTarget {
                               const fs::path& out) const override {
     std::vector<fs::path> written;
     const fs::path support = torch_support_dir();
-    copy_file_to(support / "kforge_ops.cpp", out, "csrc/kforge_ops.cpp", written);
-    copy_file_to(context.include_dir / "kforge" / "kernel.h", out, "csrc/kforge/kernel.h", written);
+    copy_export_file(support / "kforge_ops.cpp", out, "csrc/kforge_ops.cpp", written);
+    copy_export_file(context.include_dir / "kforge" / "kernel.h", out, "csrc/kforge/kernel.h",
+                     written);
     for (const char* file : {"__init__.py", "patch.py", "verify.py"})
-      copy_file_to(support / "kforge_ops" / file, out, fs::path("kforge_ops") / file, written);
+      copy_export_file(support / "kforge_ops" / file, out, fs::path("kforge_ops") / file, written);
 
     // The modules: compiled (or taken from kforge's cache) exactly as kforge checks them.
     const Compiler compiler;
+    std::map<fs::path, KernelFile> files;  // each file parsed once
     nlohmann::json manifest = export_manifest(plan, context, name());
     for (size_t o = 0; o < plan.ops.size(); ++o) {
       const ExportOp& op = plan.ops[o];
       for (size_t v = 0; v < op.variants.size(); ++v) {
         const ExportVariant& variant = op.variants[v];
-        const KernelFile file = KernelFile::load(variant.file);
-        const CompileResult built = compiler.compile(file, variant.variant);
+        auto file = files.find(variant.file);
+        if (file == files.end())
+          file = files.emplace(variant.file, KernelFile::load(variant.file)).first;
+        const CompileResult built = compiler.compile(file->second, variant.variant);
         if (!built.ok) {
           throw Error(
               fmt::format("{} does not compile: {}", variant.variant.describe(), built.log));
         }
         const std::string module = variant.symbol + ".so";
-        copy_file_to(built.module, out, fs::path("kforge_ops") / "modules" / module, written);
+        copy_export_file(built.module, out, fs::path("kforge_ops") / "modules" / module, written);
         manifest["ops"][o]["variants"][v]["module"] = module;
       }
     }

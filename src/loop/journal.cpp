@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -49,32 +48,6 @@ ExperimentRecord ExperimentRecord::from_json(const nlohmann::json& j) {
 
 namespace {
 
-// git -C repo ARGS...; throws Error with git's output when it fails. A git that a killed loop
-// left running still holds the index lock for a moment: wait for it (5 s), and remove a lock
-// older than that, which no running git holds.
-std::string git(const fs::path& repo, std::vector<std::string> args) {
-  args.insert(args.begin(), {"git", "-C", repo.string()});
-  CommandResult r;
-  for (int attempt = 0;; ++attempt) {
-    r = run_command(args, std::chrono::minutes(2));
-    if (r.ok() || r.output.find("index.lock") == std::string::npos) break;
-    const fs::path lock = repo / ".git" / "index.lock";
-    if (attempt >= 50 && fs::exists(lock)) {
-      fs::remove(lock);
-    } else if (attempt > 60) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (!r.ok()) {
-    throw Error(fmt::format("{} failed: {}", fmt::join(args, " "), r.output));
-  }
-  std::string out = r.output;
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
-    out.pop_back();
-  return out;
-}
-
 // Waits (up to 5 s) for a git that holds the index lock to finish; a lock older than that is
 // stale, left by a git killed mid-way, and is removed.
 void wait_for_index(const fs::path& repo) {
@@ -85,11 +58,23 @@ void wait_for_index(const fs::path& repo) {
   fs::remove(lock, ignored);
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// git -C repo ARGS...; throws Error with git's output when it fails. A git that a killed loop
+// left running may hold the index lock: a command refused for it runs again once the lock is
+// gone (wait_for_index).
+std::string git(const fs::path& repo, std::vector<std::string> args) {
+  args.insert(args.begin(), {"git", "-C", repo.string()});
+  CommandResult r = run_command(args, std::chrono::minutes(2));
+  if (!r.ok() && r.output.find("index.lock") != std::string::npos) {
+    wait_for_index(repo);
+    r = run_command(args, std::chrono::minutes(2));
+  }
+  if (!r.ok()) {
+    throw Error(fmt::format("{} failed: {}", fmt::join(args, " "), r.output));
+  }
+  std::string out = r.output;
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r'))
+    out.pop_back();
+  return out;
 }
 
 // Appends one line and waits for it to reach the file.
@@ -106,7 +91,7 @@ void append_line(const fs::path& path, const std::string& line) {
 // Cuts a last line that a killed writer left without its newline.
 void drop_torn_line(const fs::path& path) {
   if (!fs::exists(path)) return;
-  const std::string text = read_text(path);
+  const std::string text = read_text_file(path);
   if (text.empty() || text.back() == '\n') return;
   const size_t end = text.rfind('\n');
   fs::resize_file(path, end == std::string::npos ? 0 : end + 1);
@@ -183,6 +168,11 @@ void TaskJournal::load_records() {
   const fs::path log = dir_ / "experiments.jsonl";
   drop_torn_line(log);
   drop_torn_line(dir_ / "results.tsv");
+  // The experiment on results.tsv's last line (0 for the header alone): a kill between the two
+  // logs leaves it one behind experiments.jsonl.
+  const std::string tsv = read_text_file(dir_ / "results.tsv");
+  const size_t previous = tsv.size() >= 2 ? tsv.rfind('\n', tsv.size() - 2) : std::string::npos;
+  tsv_last_ = std::atoi(tsv.c_str() + (previous == std::string::npos ? 0 : previous + 1));
   records_.clear();
   if (!fs::exists(log)) return;
   std::ifstream in(log);
@@ -262,11 +252,10 @@ void TaskJournal::complete(ExperimentRecord record) {
     append_line(dir_ / "experiments.jsonl", record.to_json().dump());
     records_.push_back(record);
   }
-  const std::string tsv = read_text(dir_ / "results.tsv");
-  const size_t previous = tsv.size() >= 2 ? tsv.rfind('\n', tsv.size() - 2) : std::string::npos;
-  const std::string last_line = tsv.substr(previous == std::string::npos ? 0 : previous + 1);
-  if (last_line.rfind(std::to_string(record.number) + "\t", 0) != 0)
+  if (tsv_last_ < record.number) {
     append_line(dir_ / "results.tsv", tsv_line(record));
+    tsv_last_ = record.number;
+  }
   fs::remove(pending_path());
   interrupted_.reset();
 }

@@ -84,6 +84,7 @@ class TaskJournal {
   std::filesystem::path dir_;
   std::string kernel_name_;  // the kernel file's name in repo/
   std::vector<ExperimentRecord> records_;
+  int tsv_last_ = 0;  // the experiment on results.tsv's last line
   std::optional<int> interrupted_;
 };
 
