@@ -3,6 +3,9 @@
 // shared objects kforge checked and timed, loaded with dlopen, called through the kernel ABI
 // (kforge/kernel.h) on PyTorch's current stream.
 //
+// Every op returns packed (contiguous) tensors, whichever way it ran, as its fake implementation
+// (kforge_ops/__init__.py) tells torch.compile.
+//
 // A call runs a kforge module when its tensors are covered: CUDA, contiguous, on a GPU of the
 // model the export was tuned for, in an exported dtype, at exported sizes (the dispatch key:
 // the op's sizes read from the input shapes, leading dimensions folded into the first, as in
@@ -16,6 +19,11 @@
 // manifest; calls only read them.
 #include <dlfcn.h>
 
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <string>
@@ -31,6 +39,12 @@ namespace {
 
 using Entry = int (*)(const kf_args*);
 
+// The most sizes in a dispatch key (the rotary embeddings have four), and tensors in and out
+// of one call.
+constexpr size_t kMaxKeySizes = 4;
+constexpr size_t kMaxInputs = 4;
+constexpr size_t kMaxOutputs = 1;
+
 // Where one size of the dispatch key is read: input `input`'s dimension `dim` of `rank`.
 struct DimSource {
   int64_t input;
@@ -39,18 +53,41 @@ struct DimSource {
 };
 
 struct Row {
+  int dtype;
+  std::array<int64_t, kMaxKeySizes> sizes{};
   Entry run = nullptr;
   std::string variant;
 };
 
+// One op's dispatch: its key, its rows (a handful, searched in order) and its call counts.
+// Rows are written only while the package loads; calls only read them.
 struct OpTable {
   std::vector<DimSource> key;
-  std::map<std::pair<int, std::vector<int64_t>>, Row> rows;  // (kf_dtype, sizes) -> module
+  std::vector<Row> rows;
+  std::atomic<int64_t> kforge_calls{0};
+  std::mutex fallback_mutex;  // fallbacks are the slow path: counted by reason under a lock
+  std::map<std::string, int64_t> fallback_calls;
 };
 
+constexpr const char* kOpNames[] = {"rmsnorm",       "layernorm",        "softmax",
+                                    "cross_entropy", "rotary_embedding", "rotary_embedding_half",
+                                    "reduce"};
+
+// Every op's table, made once before any call: lookups never insert, so they need no lock.
 std::map<std::string, OpTable>& tables() {
-  static std::map<std::string, OpTable> t;
+  static std::map<std::string, OpTable> t = [] {
+    std::map<std::string, OpTable> made;
+    for (const char* name : kOpNames)
+      made.try_emplace(name);
+    return made;
+  }();
   return t;
+}
+
+OpTable& table_of(const std::string& op) {
+  const auto it = tables().find(op);
+  TORCH_CHECK(it != tables().end(), "kforge: no op named ", op);
+  return it->second;
 }
 
 std::string& exported_device_name() {
@@ -58,19 +95,9 @@ std::string& exported_device_name() {
   return name;
 }
 
-std::mutex& stats_mutex() {
-  static std::mutex m;
-  return m;
-}
-
-std::map<std::string, std::map<std::string, int64_t>>& stats_table() {
-  static std::map<std::string, std::map<std::string, int64_t>> s;
-  return s;
-}
-
-void count(const std::string& op, const std::string& what) {
-  std::lock_guard<std::mutex> lock(stats_mutex());
-  ++stats_table()[op][what];
+void count_fallback(OpTable& table, const char* why) {
+  std::lock_guard<std::mutex> lock(table.fallback_mutex);
+  ++table.fallback_calls[why];
 }
 
 // The kf_dtype of a tensor, or -1 for one the ABI has no name for.
@@ -93,27 +120,25 @@ int abi_dtype(const at::Tensor& t) {
   }
 }
 
-// Whether device `index` is the GPU model the export was tuned for (asked once per device).
+// Whether device `index` is the GPU model the export was tuned for: asked of the driver once
+// per device, then read without a lock.
 bool exported_device(int index) {
-  static std::mutex m;
-  static std::map<int, bool> known;
-  std::lock_guard<std::mutex> lock(m);
-  const auto it = known.find(index);
-  if (it != known.end()) return it->second;
-  const bool same = exported_device_name() == at::cuda::getDeviceProperties(index)->name;
-  known[index] = same;
-  return same;
+  constexpr int kDevices = 64;
+  static std::array<std::atomic<int8_t>, kDevices> known{};  // 0 unknown, 1 yes, 2 no
+  if (index < 0 || index >= kDevices) return false;
+  int8_t state = known[index].load(std::memory_order_relaxed);
+  if (state == 0) {
+    state = exported_device_name() == at::cuda::getDeviceProperties(index)->name ? 1 : 2;
+    known[index].store(state, std::memory_order_relaxed);
+  }
+  return state == 1;
 }
 
-// The row that covers `inputs`, or null with `why` set.
-const Row* covering_row(const std::string& op, const std::vector<at::Tensor>& inputs,
-                        std::string& why) {
-  const auto table = tables().find(op);
-  if (table == tables().end()) {
-    why = "op not exported";
-    return nullptr;
-  }
-  const at::Tensor& first = inputs.front();
+using Inputs = std::initializer_list<std::reference_wrapper<const at::Tensor>>;
+
+// The row that covers `inputs`, or null with `why` set (a static string).
+const Row* covering_row(const OpTable& table, Inputs inputs, const char*& why) {
+  const at::Tensor& first = inputs.begin()->get();
   for (const at::Tensor& t : inputs) {
     if (!t.is_cuda() || t.device() != first.device()) {
       why = "device: not all tensors on one CUDA device";
@@ -132,9 +157,10 @@ const Row* covering_row(const std::string& op, const std::vector<at::Tensor>& in
     why = "device: not the GPU model the export was tuned for";
     return nullptr;
   }
-  std::vector<int64_t> sizes;
-  for (const DimSource& d : table->second.key) {
-    const at::Tensor& t = inputs.at(d.input);
+  std::array<int64_t, kMaxKeySizes> sizes{};
+  for (size_t k = 0; k < table.key.size(); ++k) {
+    const DimSource& d = table.key[k];
+    const at::Tensor& t = (inputs.begin() + d.input)->get();
     const int64_t extra = t.dim() - d.rank;
     if (extra < 0) {
       why = "shape: fewer dimensions than the op's";
@@ -147,17 +173,17 @@ const Row* covering_row(const std::string& op, const std::vector<at::Tensor>& in
     } else {
       value = t.size(extra + d.dim);
     }
-    sizes.push_back(value);
+    sizes[k] = value;
   }
-  const auto row = table->second.rows.find({abi_dtype(first), sizes});
-  if (row == table->second.rows.end()) {
-    const bool dtype_known =
-        std::any_of(table->second.rows.begin(), table->second.rows.end(),
-                    [&](const auto& r) { return r.first.first == abi_dtype(first); });
-    why = dtype_known ? "shape: sizes not exported" : "dtype: not exported";
-    return nullptr;
+  const int dtype = abi_dtype(first);
+  bool dtype_known = false;
+  for (const Row& row : table.rows) {
+    if (row.dtype != dtype) continue;
+    dtype_known = true;
+    if (row.sizes == sizes) return &row;
   }
-  return &row->second;
+  why = dtype_known ? "shape: sizes not exported" : "dtype: not exported";
+  return nullptr;
 }
 
 kf_tensor abi_tensor(const at::Tensor& t) {
@@ -172,80 +198,93 @@ kf_tensor abi_tensor(const at::Tensor& t) {
   return out;
 }
 
-// Runs `row`'s module. False when the module refused the tensors (it launched nothing).
-bool launch(const std::string& op, const Row& row, const std::vector<at::Tensor>& inputs,
-            const std::vector<at::Tensor>& outputs, const std::vector<double>& scalars) {
-  std::vector<kf_tensor> in;
-  std::vector<kf_tensor> out;
-  for (const at::Tensor& t : inputs)
-    in.push_back(abi_tensor(t));
-  for (const at::Tensor& t : outputs)
-    out.push_back(abi_tensor(t));
-  const c10::cuda::CUDAGuard guard(inputs.front().device());
+// The kernel ABI's arguments for one call; `in` and `out` hold the tensors they point to.
+struct AbiCall {
+  std::array<kf_tensor, kMaxInputs> in{};
+  std::array<kf_tensor, kMaxOutputs> out{};
   kf_args args{};
-  args.abi_version = KFORGE_ABI_VERSION;
-  args.num_inputs = static_cast<int32_t>(in.size());
-  args.inputs = in.data();
-  args.num_outputs = static_cast<int32_t>(out.size());
-  args.outputs = out.data();
-  args.num_scalars = static_cast<int32_t>(scalars.size());
-  args.scalars = scalars.data();
-  args.stream = at::cuda::getCurrentCUDAStream(inputs.front().device().index()).stream();
-  const int status = row.run(&args);
-  if (status == KF_ERR_UNSUPPORTED) return false;
-  TORCH_CHECK(status == KF_OK, "kforge::", op, ": variant ", row.variant, " failed with status ",
-              status);
-  return true;
+};
+
+void fill_call(AbiCall& call, Inputs inputs, const at::Tensor& output,
+               c10::ArrayRef<double> scalars) {
+  size_t n = 0;
+  for (const at::Tensor& t : inputs)
+    call.in[n++] = abi_tensor(t);
+  call.out[0] = abi_tensor(output);
+  call.args.abi_version = KFORGE_ABI_VERSION;
+  call.args.num_inputs = static_cast<int32_t>(n);
+  call.args.inputs = call.in.data();
+  call.args.num_outputs = 1;
+  call.args.outputs = call.out.data();
+  call.args.num_scalars = static_cast<int32_t>(scalars.size());
+  call.args.scalars = scalars.data();
+  call.args.stream = at::cuda::getCurrentCUDAStream(output.device().index()).stream();
 }
 
-// Runs `op` through its exported module into outputs made by `make_outputs`, or returns an
-// empty vector (counted with the reason) for the caller's ATen composite.
-template <typename MakeOutputs>
-std::vector<at::Tensor> try_kforge(const std::string& op, const std::vector<at::Tensor>& inputs,
-                                   const std::vector<double>& scalars, MakeOutputs make_outputs) {
-  std::string why;
-  const Row* row = covering_row(op, inputs, why);
+// Runs `op` through its exported module into the output `make_output` allocates, or returns an
+// undefined tensor (counted with the reason) for the caller's ATen composite. Each op's table
+// is found once (its first call); a covered call then takes no lock and allocates nothing but
+// its output.
+template <typename MakeOutput>
+at::Tensor try_kforge(OpTable& table, const char* op, Inputs inputs, c10::ArrayRef<double> scalars,
+                      MakeOutput make_output) {
+  const char* why = nullptr;
+  const Row* row = covering_row(table, inputs, why);
   if (row != nullptr) {
-    std::vector<at::Tensor> outputs = make_outputs();
-    if (launch(op, *row, inputs, outputs, scalars)) {
-      count(op, "kforge");
-      return outputs;
+    at::Tensor output = make_output();
+    const c10::cuda::CUDAGuard guard(output.device());
+    AbiCall call;
+    fill_call(call, inputs, output, scalars);
+    const int status = row->run(&call.args);
+    if (status == KF_OK) {
+      table.kforge_calls.fetch_add(1, std::memory_order_relaxed);
+      return output;
     }
-    why = "the variant refused these tensors";
+    TORCH_CHECK(status == KF_ERR_UNSUPPORTED, "kforge::", op, ": variant ", row->variant,
+                " failed with status ", status);
+    why = "the variant refused these tensors";  // it launched nothing
   }
-  count(op, why);
+  count_fallback(table, why);
   return {};
 }
 
 // ---- The ops, each with its ATen composite ----
 
+at::Tensor packed_like(const at::Tensor& x) {
+  return at::empty(x.sizes(), x.options());
+}
+
 at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  auto out =
-      try_kforge("rmsnorm", {x, weight}, {eps}, [&] { return std::vector{at::empty_like(x)}; });
-  if (!out.empty()) return out[0];
+  static OpTable& table = table_of("rmsnorm");
+  at::Tensor out = try_kforge(table, "rmsnorm", {x, weight}, {eps}, [&] { return packed_like(x); });
+  if (out.defined()) return out;
   const at::Tensor xf = x.to(at::kFloat);
   return (xf * at::rsqrt(xf.pow(2).mean(-1, true) + eps) * weight.to(at::kFloat))
-      .to(x.scalar_type());
+      .to(x.scalar_type())
+      .contiguous();
 }
 
 at::Tensor layernorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                      double eps) {
-  auto out = try_kforge("layernorm", {x, weight, bias}, {eps},
-                        [&] { return std::vector{at::empty_like(x)}; });
-  if (!out.empty()) return out[0];
-  return at::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  static OpTable& table = table_of("layernorm");
+  at::Tensor out =
+      try_kforge(table, "layernorm", {x, weight, bias}, {eps}, [&] { return packed_like(x); });
+  if (out.defined()) return out;
+  return at::layer_norm(x, {x.size(-1)}, weight, bias, eps).contiguous();
 }
 
 at::Tensor softmax(const at::Tensor& x) {
-  auto out = try_kforge("softmax", {x}, {}, [&] { return std::vector{at::empty_like(x)}; });
-  if (!out.empty()) return out[0];
-  return at::softmax(x, -1);
+  static OpTable& table = table_of("softmax");
+  at::Tensor out = try_kforge(table, "softmax", {x}, {}, [&] { return packed_like(x); });
+  if (out.defined()) return out;
+  return at::softmax(x, -1).contiguous();
 }
 
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
-  auto out = try_kforge("cross_entropy", {logits, targets}, {},
-                        [&] { return std::vector{at::empty({}, logits.options())}; });
-  if (!out.empty()) return out[0];
+  static OpTable& table = table_of("cross_entropy");
+  at::Tensor out = try_kforge(table, "cross_entropy", {logits, targets}, {},
+                              [&] { return at::empty({}, logits.options()); });
+  if (out.defined()) return out;
   return at::cross_entropy_loss(logits.to(at::kFloat), targets, {}, at::Reduction::Mean, -100)
       .to(logits.scalar_type());
 }
@@ -253,23 +292,25 @@ at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
 // cos and sin: [seq_len, head_dim / 2]; x: [batch, heads, seq_len, head_dim].
 at::Tensor rotary_embedding_half(const at::Tensor& x, const at::Tensor& cos,
                                  const at::Tensor& sin) {
-  auto out = try_kforge("rotary_embedding_half", {x, cos, sin}, {},
-                        [&] { return std::vector{at::empty_like(x)}; });
-  if (!out.empty()) return out[0];
+  static OpTable& table = table_of("rotary_embedding_half");
+  at::Tensor out =
+      try_kforge(table, "rotary_embedding_half", {x, cos, sin}, {}, [&] { return packed_like(x); });
+  if (out.defined()) return out;
   const int64_t half = x.size(-1) / 2;
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor a = xf.narrow(-1, 0, half);
   const at::Tensor b = xf.narrow(-1, half, half);
   const at::Tensor c = cos.to(at::kFloat);
   const at::Tensor s = sin.to(at::kFloat);
-  return at::cat({a * c - b * s, a * s + b * c}, -1).to(x.scalar_type());
+  return at::cat({a * c - b * s, a * s + b * c}, -1).to(x.scalar_type()).contiguous();
 }
 
 // Pairs (x[2i], x[2i + 1]).
 at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  auto out = try_kforge("rotary_embedding", {x, cos, sin}, {},
-                        [&] { return std::vector{at::empty_like(x)}; });
-  if (!out.empty()) return out[0];
+  static OpTable& table = table_of("rotary_embedding");
+  at::Tensor out =
+      try_kforge(table, "rotary_embedding", {x, cos, sin}, {}, [&] { return packed_like(x); });
+  if (out.defined()) return out;
   auto shape = x.sizes().vec();
   shape.back() /= 2;
   shape.push_back(2);
@@ -278,17 +319,19 @@ at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at
   const at::Tensor b = pairs.select(-1, 1);
   const at::Tensor c = cos.to(at::kFloat);
   const at::Tensor s = sin.to(at::kFloat);
-  return at::stack({a * c - b * s, a * s + b * c}, -1).reshape(x.sizes()).to(x.scalar_type());
+  return at::stack({a * c - b * s, a * s + b * c}, -1)
+      .reshape(x.sizes())
+      .to(x.scalar_type())
+      .contiguous();
 }
 
 at::Tensor reduce(const at::Tensor& x) {
-  auto out = try_kforge("reduce", {x}, {}, [&] {
-    auto shape = x.sizes().vec();
-    shape.pop_back();
-    return std::vector{at::empty(shape, x.options())};
+  static OpTable& table = table_of("reduce");
+  at::Tensor out = try_kforge(table, "reduce", {x}, {}, [&] {
+    return at::empty(x.sizes().slice(0, x.dim() - 1), x.options());
   });
-  if (!out.empty()) return out[0];
-  return x.to(at::kFloat).sum(-1).to(x.scalar_type());
+  if (out.defined()) return out;
+  return x.to(at::kFloat).sum(-1).to(x.scalar_type()).contiguous();
 }
 
 // ---- Set-up and statistics, called from Python ----
@@ -298,7 +341,9 @@ void set_device(const std::string& name) {
 }
 
 void add_op(const std::string& op, const std::vector<std::vector<int64_t>>& key) {
-  OpTable& table = tables()[op];
+  OpTable& table = table_of(op);
+  TORCH_CHECK(key.size() <= kMaxKeySizes, "kforge: ", op, "'s dispatch key has more than ",
+              kMaxKeySizes, " sizes");
   table.key.clear();
   for (const auto& d : key) {
     TORCH_CHECK(d.size() == 3, "a dispatch key entry is (input, dim, rank)");
@@ -313,6 +358,9 @@ void add_row(const std::string& op, int64_t dtype, const std::vector<int64_t>& s
   static std::mutex m;
   static std::map<std::string, Entry> loaded;  // one dlopen per module file
   std::lock_guard<std::mutex> lock(m);
+  OpTable& table = table_of(op);
+  TORCH_CHECK(sizes.size() == table.key.size(), "kforge: ", op, " row with ", sizes.size(),
+              " sizes for a key of ", table.key.size());
   Entry entry = nullptr;
   if (const auto it = loaded.find(module); it != loaded.end()) {
     entry = it->second;
@@ -323,17 +371,104 @@ void add_row(const std::string& op, int64_t dtype, const std::vector<int64_t>& s
     TORCH_CHECK(entry != nullptr, "kforge: ", module, " has no ", KFORGE_ENTRY_SYMBOL);
     loaded[module] = entry;
   }
-  tables().at(op).rows[{static_cast<int>(dtype), sizes}] = Row{entry, variant};
+  Row row{static_cast<int>(dtype), {}, entry, variant};
+  std::copy(sizes.begin(), sizes.end(), row.sizes.begin());
+  for (Row& existing : table.rows) {
+    if (existing.dtype == row.dtype && existing.sizes == row.sizes) {
+      existing = row;
+      return;
+    }
+  }
+  table.rows.push_back(row);
+}
+
+void count(const std::string& op, const std::string& why) {
+  OpTable& table = table_of(op);
+  std::lock_guard<std::mutex> lock(table.fallback_mutex);
+  ++table.fallback_calls[why];
 }
 
 std::map<std::string, std::map<std::string, int64_t>> stats() {
-  std::lock_guard<std::mutex> lock(stats_mutex());
-  return stats_table();
+  std::map<std::string, std::map<std::string, int64_t>> out;
+  for (auto& [op, table] : tables()) {
+    std::map<std::string, int64_t> calls;
+    {
+      std::lock_guard<std::mutex> lock(table.fallback_mutex);
+      calls = table.fallback_calls;
+    }
+    if (const int64_t n = table.kforge_calls.load(); n > 0) calls["kforge"] = n;
+    if (!calls.empty()) out[op] = calls;
+  }
+  return out;
 }
 
 void reset_stats() {
-  std::lock_guard<std::mutex> lock(stats_mutex());
-  stats_table().clear();
+  for (auto& [op, table] : tables()) {
+    std::lock_guard<std::mutex> lock(table.fallback_mutex);
+    table.fallback_calls.clear();
+    table.kforge_calls = 0;
+  }
+}
+
+// The host cost of a covered call, in microseconds per call over `calls` calls issued back to
+// back on the current stream: {the module's kforge_run alone (arguments made once), the op
+// through this extension (dispatch, output allocation and the same launch), the dispatch's
+// table lookup alone, the output's allocation alone}. The second less the first is what the
+// extension adds to the launch; the last two say where it goes.
+std::vector<double> host_us_per_call(const std::string& op, const std::vector<at::Tensor>& inputs,
+                                     const std::vector<double>& scalars, int64_t calls) {
+  using Clock = std::chrono::steady_clock;
+  OpTable& table = table_of(op);
+  TORCH_CHECK(!inputs.empty() && inputs.size() <= kMaxInputs, "kforge: 1 to ", kMaxInputs,
+              " inputs");
+  const auto as_list = [&](auto&& body) {
+    switch (inputs.size()) {
+      case 1:
+        return body(Inputs{inputs[0]});
+      case 2:
+        return body(Inputs{inputs[0], inputs[1]});
+      case 3:
+        return body(Inputs{inputs[0], inputs[1], inputs[2]});
+      default:
+        return body(Inputs{inputs[0], inputs[1], inputs[2], inputs[3]});
+    }
+  };
+  const char* why = nullptr;
+  const Row* row = as_list([&](Inputs list) { return covering_row(table, list, why); });
+  TORCH_CHECK(row != nullptr, "kforge: ", op, " does not cover these inputs: ", why);
+  const auto run_op = [&] {
+    if (op == "rmsnorm") return rmsnorm(inputs[0], inputs[1], scalars.at(0));
+    if (op == "layernorm") return layernorm(inputs[0], inputs[1], inputs[2], scalars.at(0));
+    if (op == "softmax") return softmax(inputs[0]);
+    if (op == "cross_entropy") return cross_entropy(inputs[0], inputs[1]);
+    if (op == "rotary_embedding") return rotary_embedding(inputs[0], inputs[1], inputs[2]);
+    if (op == "rotary_embedding_half")
+      return rotary_embedding_half(inputs[0], inputs[1], inputs[2]);
+    return reduce(inputs[0]);
+  };
+  const at::Tensor output = run_op();
+  AbiCall call;
+  as_list([&](Inputs list) {
+    fill_call(call, list, output, scalars);
+    return 0;
+  });
+  const auto per_call = [&](auto&& body) {
+    for (int i = 0; i < 20; ++i)
+      body();
+    c10::cuda::device_synchronize();
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < calls; ++i)
+      body();
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    c10::cuda::device_synchronize();
+    return us / static_cast<double>(calls);
+  };
+  const double module_us = per_call([&] { TORCH_CHECK(row->run(&call.args) == KF_OK); });
+  const double op_us = per_call([&] { run_op(); });
+  const double lookup_us =
+      per_call([&] { as_list([&](Inputs list) { return covering_row(table, list, why); }); });
+  const double alloc_us = per_call([&] { (void)at::empty(output.sizes(), output.options()); });
+  return {module_us, op_us, lookup_us, alloc_us};
 }
 
 }  // namespace
@@ -367,4 +502,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("stats", &stats, "Calls per op: 'kforge', or the reason they fell back");
   module.def("reset_stats", &reset_stats, "Forget the counts");
   module.def("count", &count, "Count a call of an op that the Python side sent elsewhere, and why");
+  module.def(
+      "host_us_per_call", &host_us_per_call,
+      "Host microseconds per covered call: [the module alone, the op through the extension]");
 }

@@ -20,6 +20,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE_ROOT = os.path.dirname(_HERE)
 
 
+with open(os.path.join(_HERE, "manifest.json")) as f:
+    manifest = json.load(f)
+
+
 def _load_extension():
     try:
         from . import _C  # built by `pip install`
@@ -36,15 +40,15 @@ def _load_extension():
         sources=[os.path.join(csrc, "kforge_ops.cpp")],
         extra_include_paths=[csrc],
         extra_ldflags=["-ldl"],
+        # The extension is C++ only; naming the export's architecture keeps PyTorch from
+        # probing for a GPU to pick one (it fails on a machine without one).
+        extra_cuda_cflags=[f"-arch={manifest['arch']}"],
         with_cuda=True,
         verbose=False,
     )
 
 
 _C = _load_extension()
-
-with open(os.path.join(_HERE, "manifest.json")) as f:
-    manifest = json.load(f)
 
 _ABI_DTYPES = {"f16": 0, "bf16": 1, "f32": 2}
 
@@ -71,22 +75,47 @@ def exported_ops():
     return sorted({op["op"] for op in manifest["ops"]})
 
 
-# ---- torch.compile: fake implementations (shapes and dtypes only) ----
+def example_inputs(op, sizes, dtype, device="cuda", seed=0):
+    """Random arguments for torch.ops.kforge.<op> at `sizes` (a manifest row's "sizes")."""
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, device=device, generator=g).to(dtype)
+
+    if op in ("rmsnorm", "reduce", "softmax"):
+        m, n = (sizes.get("M") or sizes.get("rows")), (sizes.get("N") or sizes.get("cols"))
+        x = randn(m, n)
+        return (x, randn(n), 1e-6) if op == "rmsnorm" else (x,)
+    if op == "layernorm":
+        b, d = sizes["batch"], sizes["dim"]
+        return randn(b, d), randn(d), randn(d), 1e-5
+    if op == "cross_entropy":
+        b, v = sizes["batch"], sizes["vocab"]
+        return randn(b, v), torch.randint(0, v, (b,), device=device, generator=g)
+    if op in ("rotary_embedding", "rotary_embedding_half"):
+        b, h, s, d = sizes["batch"], sizes["heads"], sizes["seq_len"], sizes["head_dim"]
+        angles = torch.rand(s, d // 2, device=device, generator=g) * 6.3
+        return randn(b, h, s, d), angles.cos().to(dtype), angles.sin().to(dtype)
+    raise ValueError(f"no example inputs for {op}")
+
+
+# ---- torch.compile: fake implementations (shapes, dtypes and strides) ----
+# Every op returns packed (contiguous) tensors, whatever the strides of its inputs.
 
 
 @torch.library.register_fake("kforge::rmsnorm")
 def _(x, weight, eps):
-    return torch.empty_like(x)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("kforge::layernorm")
 def _(x, weight, bias, eps):
-    return torch.empty_like(x)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("kforge::softmax")
 def _(x):
-    return torch.empty_like(x)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("kforge::cross_entropy")
@@ -96,12 +125,12 @@ def _(logits, targets):
 
 @torch.library.register_fake("kforge::rotary_embedding")
 def _(x, cos, sin):
-    return torch.empty_like(x)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("kforge::rotary_embedding_half")
 def _(x, cos, sin):
-    return torch.empty_like(x)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("kforge::reduce")
@@ -128,4 +157,4 @@ for _name in ("rmsnorm", "layernorm", "softmax", "cross_entropy", "rotary_embedd
 
 from .patch import patch  # noqa: E402  (needs the ops registered above)
 
-__all__ = ["patch", "stats", "reset_stats", "exported_ops", "manifest"]
+__all__ = ["patch", "stats", "reset_stats", "exported_ops", "example_inputs", "manifest"]

@@ -10,11 +10,18 @@ patch(model) replaces, in place:
     ...RotaryEmbeddingHalf, as in python/examples/llama.py) -> kforge::rotary_embedding_half
   - torch.nn.CrossEntropyLoss (mean, ignore index -100, no weights or smoothing) on [rows,
     classes] logits -> kforge::cross_entropy
+  - a Hugging Face causal LM's loss (ForCausalLMLoss: shift, flatten, mean cross-entropy) ->
+    kforge::cross_entropy on the logits as the model made them (kforge accumulates in f32, so
+    the upcast Hugging Face makes first is not needed)
 and reports every swap and what it left alone, with the reason. Only ops the export carries are
-swapped. A swapped module uses PyTorch's own forward while gradients are being recorded (kforge
+swapped (`ops` narrows them further). Inside a torch.compile graph a swapped op runs kforge only
+if it is in `compiled_ops` (default: all): there the kforge op is opaque to inductor, which can
+no longer fuse it with its neighbours, so an op can be faster alone and slower in a graph
+(`kforge verify` measures each). A swapped module uses PyTorch's own forward while gradients are being recorded (kforge
 ops have no backward), so run inference under torch.no_grad() or torch.inference_mode().
 report.undo() restores the model.
 """
+import inspect
 import sys
 from dataclasses import dataclass, field
 
@@ -45,6 +52,12 @@ def _recording_grad(*tensors):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _compiled_elsewhere(op, compiled_ops):
+    """Whether this call is being traced by torch.compile and `op` is left to inductor there
+    (read at trace time, so it costs nothing per call)."""
+    return compiled_ops is not None and op not in compiled_ops and torch.compiler.is_compiling()
+
+
 def _rmsnorm_eps(module):
     for name in ("variance_epsilon", "eps"):
         eps = getattr(module, name, None)
@@ -60,7 +73,7 @@ def _swap_forward(report, module, where, op, forward):
     report._undo.append(lambda: delattr(module, "forward"))
 
 
-def _patch_rmsnorm(report, module, where):
+def _patch_rmsnorm(report, module, where, compiled_ops):
     weight = getattr(module, "weight", None)
     eps = _rmsnorm_eps(module)
     if isinstance(module, torch.nn.RMSNorm) and eps is None:
@@ -76,6 +89,8 @@ def _patch_rmsnorm(report, module, where):
     original = module.forward
 
     def forward(hidden_states):
+        if _compiled_elsewhere("rmsnorm", compiled_ops):
+            return original(hidden_states)
         if _recording_grad(hidden_states, module.weight):
             _C.count("rmsnorm", "autograd: gradients are being recorded")
             return original(hidden_states)
@@ -84,13 +99,15 @@ def _patch_rmsnorm(report, module, where):
     _swap_forward(report, module, where, "rmsnorm", forward)
 
 
-def _patch_layernorm(report, module, where):
+def _patch_layernorm(report, module, where, compiled_ops):
     if len(module.normalized_shape) != 1 or module.weight is None or module.bias is None:
         report.not_swapped.append((where, "LayerNorm", "not over the last dim with weight and bias"))
         return
     original = module.forward
 
     def forward(x):
+        if _compiled_elsewhere("layernorm", compiled_ops):
+            return original(x)
         if _recording_grad(x, module.weight, module.bias):
             _C.count("layernorm", "autograd: gradients are being recorded")
             return original(x)
@@ -99,7 +116,7 @@ def _patch_layernorm(report, module, where):
     _swap_forward(report, module, where, "layernorm", forward)
 
 
-def _patch_cross_entropy(report, module, where):
+def _patch_cross_entropy(report, module, where, compiled_ops):
     plain = (module.weight is None and module.ignore_index == -100 and module.reduction == "mean"
              and module.label_smoothing == 0.0)
     if not plain:
@@ -109,6 +126,8 @@ def _patch_cross_entropy(report, module, where):
     original = module.forward
 
     def forward(logits, targets):
+        if _compiled_elsewhere("cross_entropy", compiled_ops):
+            return original(logits, targets)
         if logits.dim() != 2 or targets.dim() != 1 or _recording_grad(logits):
             _C.count("cross_entropy", "call: not [rows, classes] logits with class-index targets")
             return original(logits, targets)
@@ -117,7 +136,7 @@ def _patch_cross_entropy(report, module, where):
     _swap_forward(report, module, where, "cross_entropy", forward)
 
 
-def _patch_rotary_tables(report, module, where):
+def _patch_rotary_tables(report, module, where, compiled_ops):
     """A module holding cos and sin tables [max_seq, head_dim / 2] that rotates one [batch,
     heads, seq, head_dim] tensor per call, rotate-half (python/examples/llama.py's)."""
     cos, sin = getattr(module, "cos", None), getattr(module, "sin", None)
@@ -127,76 +146,144 @@ def _patch_rotary_tables(report, module, where):
     original = module.forward
 
     def forward(x):
+        if _compiled_elsewhere("rotary_embedding_half", compiled_ops):
+            return original(x)
         if x.dim() != 4 or x.shape[-1] != 2 * module.cos.shape[1] or _recording_grad(x):
             _C.count("rotary_embedding_half", "call: not a [batch, heads, seq, head_dim] tensor")
             return original(x)
         s = x.shape[2]
         c = module.cos[:s].to(x.dtype).contiguous()
         t = module.sin[:s].to(x.dtype).contiguous()
-        return torch.ops.kforge.rotary_embedding_half(x, c, t)
+        # x is usually a transposed view of a projection; the kernel takes it packed.
+        return torch.ops.kforge.rotary_embedding_half(x.contiguous(), c, t)
 
     _swap_forward(report, module, where, "rotary_embedding_half", forward)
 
 
-def _rope_replacement(original):
-    def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+def _rope_replacement(original, compiled_ops):
+    # The function's extra parameters differ between transformers versions (position_ids was
+    # dropped), so unsqueeze_dim is found by name.
+    signature = inspect.signature(original)
+
+    def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
+        if _compiled_elsewhere("rotary_embedding_half", compiled_ops):
+            return original(q, k, cos, sin, *args, **kwargs)
+        unsqueeze_dim = 1
+        if args or kwargs:
+            bound = signature.bind(q, k, cos, sin, *args, **kwargs)
+            unsqueeze_dim = bound.arguments.get("unsqueeze_dim", 1)
         # Hugging Face's cos and sin are [batch, seq, head_dim] with the halves repeated; the
         # kforge op takes one position table, [seq, head_dim / 2], shared by the batch.
         shared = cos.dim() == 3 and cos.shape[0] == 1 and cos.shape[-1] == q.shape[-1]
         if unsqueeze_dim != 1 or not shared or q.dim() != 4 or _recording_grad(q, k):
             _C.count("rotary_embedding_half", "call: not the shared-position, head-first form")
-            return original(q, k, cos, sin, position_ids, unsqueeze_dim)
+            return original(q, k, cos, sin, *args, **kwargs)
         half = q.shape[-1] // 2
         c = cos[0, :, :half].contiguous()
         s = sin[0, :, :half].contiguous()
-        return (torch.ops.kforge.rotary_embedding_half(q, c, s),
-                torch.ops.kforge.rotary_embedding_half(k, c, s))
+        # q and k arrive as transposed views of the projections ([batch, seq, heads, head_dim]
+        # in memory); the kernel takes [batch, heads, seq, head_dim] packed, so they are copied
+        # (one pass each; the composite they replace makes several).
+        return (torch.ops.kforge.rotary_embedding_half(q.contiguous(), c, s),
+                torch.ops.kforge.rotary_embedding_half(k.contiguous(), c, s))
 
     return apply_rotary_pos_emb
 
 
-def patch(model, verbose=True):
-    """Swaps kforge ops into `model` in place; returns a PatchReport (str() it, or .undo())."""
+def _causal_lm_loss_replacement(original, compiled_ops):
+    """Hugging Face's ForCausalLMLoss (transformers.loss.loss_utils) on kforge's cross-entropy:
+    the plain case (mean over tokens, ignore index -100, no num_items_in_batch) only."""
+
+    def loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100,
+             shift_labels=None, **kwargs):
+        if _compiled_elsewhere("cross_entropy", compiled_ops):
+            return original(logits, labels, vocab_size, num_items_in_batch, ignore_index,
+                            shift_labels, **kwargs)
+        if num_items_in_batch is not None or ignore_index != -100 or kwargs or _recording_grad(logits):
+            _C.count("cross_entropy", "call: loss with num_items_in_batch, another ignore index or gradients")
+            return original(logits, labels, vocab_size, num_items_in_batch, ignore_index,
+                            shift_labels, **kwargs)
+        if shift_labels is None:
+            labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)
+            shift_labels = labels[..., 1:]
+        rows = logits.reshape(-1, vocab_size)
+        targets = shift_labels.reshape(-1).to(device=rows.device, dtype=torch.int64).contiguous()
+        # Hugging Face returns the loss in f32 (it upcasts the logits first).
+        return torch.ops.kforge.cross_entropy(rows.contiguous(), targets).float()
+
+    return loss
+
+
+def patch(model, verbose=True, ops=None, compiled_ops=None):
+    """Swaps kforge ops into `model` in place; returns a PatchReport (str() it, or .undo()).
+
+    ops: the kforge ops to swap in (default: every op the export carries).
+    compiled_ops: of those, the ones that run kforge inside torch.compile graphs (default: all).
+    """
     exported = set(exported_ops())
+    if ops is not None:
+        unknown = set(ops) - exported
+        if unknown:
+            raise ValueError(f"not in this export: {', '.join(sorted(unknown))} (it has {', '.join(sorted(exported))})")
+        exported = set(ops)
+    compiled_ops = None if compiled_ops is None else set(compiled_ops)
     report = PatchReport()
     modeling_modules = set()
+
+    def left_alone(where, name, op):
+        report.not_swapped.append((where, name, f"{op} not in this export" if ops is None else f"{op} not asked for"))
+
     for where, module in model.named_modules():
         where = where or "(model)"
         name = type(module).__name__
         modeling_modules.add(type(module).__module__)
         if name.endswith("RMSNorm") or isinstance(module, torch.nn.RMSNorm):
             if "rmsnorm" in exported:
-                _patch_rmsnorm(report, module, where)
+                _patch_rmsnorm(report, module, where, compiled_ops)
             else:
-                report.not_swapped.append((where, name, "rmsnorm not in this export"))
+                left_alone(where, name, "rmsnorm")
         elif isinstance(module, torch.nn.LayerNorm):
             if "layernorm" in exported:
-                _patch_layernorm(report, module, where)
+                _patch_layernorm(report, module, where, compiled_ops)
             else:
-                report.not_swapped.append((where, name, "layernorm not in this export"))
+                left_alone(where, name, "layernorm")
         elif isinstance(module, torch.nn.CrossEntropyLoss):
             if "cross_entropy" in exported:
-                _patch_cross_entropy(report, module, where)
+                _patch_cross_entropy(report, module, where, compiled_ops)
             else:
-                report.not_swapped.append((where, name, "cross_entropy not in this export"))
+                left_alone(where, name, "cross_entropy")
         elif name.endswith("RotaryEmbeddingHalf"):
             if "rotary_embedding_half" in exported:
-                _patch_rotary_tables(report, module, where)
+                _patch_rotary_tables(report, module, where, compiled_ops)
             else:
-                report.not_swapped.append((where, name, "rotary_embedding_half not in this export"))
+                left_alone(where, name, "rotary_embedding_half")
         elif name.endswith("MLP") or name == "SwiGLU":
             report.not_swapped.append((where, name, "SwiGLU MLP: no exported fused_mlp (tensor-core kernels are not tuned yet)"))
         elif name.endswith("Attention"):
             report.not_swapped.append((where, name, "attention runs PyTorch's SDPA; kforge's attention is not exported"))
+
+    # A Hugging Face causal LM's loss: set on the instance (the property's setter), so only this
+    # model changes.
+    loss_function = getattr(model, "loss_function", None) if hasattr(type(model), "loss_function") else None
+    if getattr(loss_function, "__name__", "") == "ForCausalLMLoss":
+        if "cross_entropy" in exported:
+            had_own = "_loss_function" in vars(model)
+            model.loss_function = _causal_lm_loss_replacement(loss_function, compiled_ops)
+            report.swapped.append(("(model).loss_function", "ForCausalLMLoss", "kforge::cross_entropy"))
+            report._undo.append(lambda: setattr(model, "loss_function", loss_function) if had_own
+                                else delattr(model, "_loss_function"))
+        else:
+            left_alone("(model).loss_function", "ForCausalLMLoss", "cross_entropy")
+
     for module_name in sorted(modeling_modules):
         module = sys.modules.get(module_name)
         original = getattr(module, "apply_rotary_pos_emb", None) if module else None
         if original is None:
             continue
         if "rotary_embedding_half" not in exported:
-            report.not_swapped.append((module_name, "apply_rotary_pos_emb", "rotary_embedding_half not in this export"))
+            left_alone(module_name, "apply_rotary_pos_emb", "rotary_embedding_half")
             continue
-        setattr(module, "apply_rotary_pos_emb", _rope_replacement(original))
+        setattr(module, "apply_rotary_pos_emb", _rope_replacement(original, compiled_ops))
         report.swapped.append((module_name, "apply_rotary_pos_emb", "kforge::rotary_embedding_half"))
         report._undo.append(lambda m=module, f=original: setattr(m, "apply_rotary_pos_emb", f))
     if verbose:
