@@ -502,7 +502,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("stats", &stats, "Calls per op: 'kforge', or the reason they fell back");
   module.def("reset_stats", &reset_stats, "Forget the counts");
   module.def("count", &count, "Count a call of an op that the Python side sent elsewhere, and why");
-  module.def(
-      "host_us_per_call", &host_us_per_call,
-      "Host microseconds per covered call: [the module alone, the op through the extension]");
+  // The ops themselves, for eager callers: a pybind11 call costs less than torch.ops' dispatch
+  // from Python. torch.compile traces torch.ops.kforge.* instead (kforge_ops/patch.py).
+  module.def("rmsnorm", &rmsnorm);
+  module.def("layernorm", &layernorm);
+  module.def("softmax", &softmax);
+  module.def("cross_entropy", &cross_entropy);
+  module.def("rotary_embedding", &rotary_embedding);
+  module.def("rotary_embedding_half", &rotary_embedding_half);
+  module.def("reduce", &reduce);
+  module.def("host_us_per_call", &host_us_per_call,
+             "Host microseconds per covered call: [the module alone, the op through the "
+             "extension, the table lookup alone, the output's allocation alone]");
 }

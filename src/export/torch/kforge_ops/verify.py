@@ -19,6 +19,8 @@ as python/examples/hf_model.py) and example:llama (python/examples/llama.py).
 """
 import argparse
 import copy
+import gc
+import statistics
 import json
 import os
 import sys
@@ -72,27 +74,34 @@ def distance(a, b):
     return ((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item()
 
 
-def step_ms(fn, iters, rounds=2):
-    """The mean step time of each of `rounds` runs of `iters` steps, after three warm-up steps:
-    CUDA events on a GPU, the host clock on the CPU (a smoke test, not a measurement)."""
+def step_ms(fn, iters, rounds=5):
+    """The mean step time of each of `rounds` runs of `iters` steps, after three warm-up steps,
+    with Python's garbage collector held off while timing (a collection over the compiled
+    graphs' objects otherwise lands in some runs): CUDA events on a GPU, the host clock on the
+    CPU (a smoke test, not a measurement)."""
     for _ in range(3):
         fn()
     times = []
-    for _ in range(rounds):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / iters)
-        else:
-            began = time.perf_counter()
-            for _ in range(iters):
-                fn()
-            times.append((time.perf_counter() - began) * 1e3 / iters)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(iters):
+                    fn()
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) / iters)
+            else:
+                began = time.perf_counter()
+                for _ in range(iters):
+                    fn()
+                times.append((time.perf_counter() - began) * 1e3 / iters)
+    finally:
+        gc.enable()
     return times
 
 
@@ -168,7 +177,7 @@ def main():
               "kforge_git_sha": kforge_ops.manifest.get("run", {}).get("kforge_git_sha"),
               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     run = lambda m: lambda: outputs(m, inputs)  # noqa: E731
-    mean = lambda times: sum(times) / len(times)  # noqa: E731
+    mean = statistics.median  # of the rounds: a step time robust to one disturbed round
     with torch.inference_mode():
         f32_model = copy.deepcopy(model).float()
         f32_logits, f32_loss = outputs(f32_model, inputs)
@@ -188,7 +197,7 @@ def main():
         # torch.compile + kforge: every swapped op inside the compiled graph, then each alone
         # (the others left to inductor). Inside graphs kforge keeps, with --compiled-ops auto,
         # the ops that alone were faster than compile beyond both spreads (every round faster,
-        # the mean by more than 1%); that choice is compiled and timed afresh.
+        # the median by more than 1%); that choice is compiled and timed afresh.
         compiled_all = compile_model(model, args.compile_mode)
         ck_logits, ck_loss = outputs(compiled_all, inputs)
         compile_all_ms = step_ms(run(compiled_all), args.iters)
