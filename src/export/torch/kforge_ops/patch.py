@@ -14,10 +14,10 @@ patch(model) replaces, in place:
     kforge::cross_entropy on the logits as the model made them (kforge accumulates in f32, so
     the upcast Hugging Face makes first is not needed)
 and reports every swap and what it left alone, with the reason. Only ops the export carries are
-swapped (`ops` narrows them further). Inside a torch.compile graph a swapped op runs kforge only
-if it is in `compiled_ops` (default: all): there the kforge op is opaque to inductor, which can
-no longer fuse it with its neighbours, so an op can be faster alone and slower in a graph
-(`kforge verify` measures each). A swapped module uses PyTorch's own forward while gradients are being recorded (kforge
+swapped (`ops` narrows them further). Inside a torch.compile graph a kforge op is opaque to
+inductor, which can no longer fuse it with its neighbours, so an op can be faster in eager and
+slower in a compiled graph: `kforge verify` measures each and says which ops to swap into a model
+that will be compiled (patch(model, ops=...)). A swapped module uses PyTorch's own forward while gradients are being recorded (kforge
 ops have no backward), so run inference under torch.no_grad() or torch.inference_mode().
 report.undo() restores the model.
 """
@@ -71,12 +71,6 @@ _cross_entropy = _kforge_call("cross_entropy")
 _rotary_embedding_half = _kforge_call("rotary_embedding_half")
 
 
-def _compiled_elsewhere(op, compiled_ops):
-    """Whether this call is being traced by torch.compile and `op` is left to inductor there
-    (read at trace time, so it costs nothing per call)."""
-    return compiled_ops is not None and op not in compiled_ops and torch.compiler.is_compiling()
-
-
 def _rmsnorm_eps(module):
     for name in ("variance_epsilon", "eps"):
         eps = getattr(module, name, None)
@@ -92,7 +86,7 @@ def _swap_forward(report, module, where, op, forward):
     report._undo.append(lambda: delattr(module, "forward"))
 
 
-def _patch_rmsnorm(report, module, where, compiled_ops):
+def _patch_rmsnorm(report, module, where):
     weight = getattr(module, "weight", None)
     eps = _rmsnorm_eps(module)
     if isinstance(module, torch.nn.RMSNorm) and eps is None:
@@ -108,8 +102,6 @@ def _patch_rmsnorm(report, module, where, compiled_ops):
     original = module.forward
 
     def forward(hidden_states):
-        if _compiled_elsewhere("rmsnorm", compiled_ops):
-            return original(hidden_states)
         if _recording_grad(hidden_states, module.weight):
             _C.count("rmsnorm", "autograd: gradients are being recorded")
             return original(hidden_states)
@@ -118,15 +110,13 @@ def _patch_rmsnorm(report, module, where, compiled_ops):
     _swap_forward(report, module, where, "rmsnorm", forward)
 
 
-def _patch_layernorm(report, module, where, compiled_ops):
+def _patch_layernorm(report, module, where):
     if len(module.normalized_shape) != 1 or module.weight is None or module.bias is None:
         report.not_swapped.append((where, "LayerNorm", "not over the last dim with weight and bias"))
         return
     original = module.forward
 
     def forward(x):
-        if _compiled_elsewhere("layernorm", compiled_ops):
-            return original(x)
         if _recording_grad(x, module.weight, module.bias):
             _C.count("layernorm", "autograd: gradients are being recorded")
             return original(x)
@@ -135,7 +125,7 @@ def _patch_layernorm(report, module, where, compiled_ops):
     _swap_forward(report, module, where, "layernorm", forward)
 
 
-def _patch_cross_entropy(report, module, where, compiled_ops):
+def _patch_cross_entropy(report, module, where):
     plain = (module.weight is None and module.ignore_index == -100 and module.reduction == "mean"
              and module.label_smoothing == 0.0)
     if not plain:
@@ -145,8 +135,6 @@ def _patch_cross_entropy(report, module, where, compiled_ops):
     original = module.forward
 
     def forward(logits, targets):
-        if _compiled_elsewhere("cross_entropy", compiled_ops):
-            return original(logits, targets)
         if logits.dim() != 2 or targets.dim() != 1 or _recording_grad(logits):
             _C.count("cross_entropy", "call: not [rows, classes] logits with class-index targets")
             return original(logits, targets)
@@ -155,7 +143,7 @@ def _patch_cross_entropy(report, module, where, compiled_ops):
     _swap_forward(report, module, where, "cross_entropy", forward)
 
 
-def _patch_rotary_tables(report, module, where, compiled_ops):
+def _patch_rotary_tables(report, module, where):
     """A module holding cos and sin tables [max_seq, head_dim / 2] that rotates one [batch,
     heads, seq, head_dim] tensor per call, rotate-half (python/examples/llama.py's)."""
     cos, sin = getattr(module, "cos", None), getattr(module, "sin", None)
@@ -165,8 +153,6 @@ def _patch_rotary_tables(report, module, where, compiled_ops):
     original = module.forward
 
     def forward(x):
-        if _compiled_elsewhere("rotary_embedding_half", compiled_ops):
-            return original(x)
         if x.dim() != 4 or x.shape[-1] != 2 * module.cos.shape[1] or _recording_grad(x):
             _C.count("rotary_embedding_half", "call: not a [batch, heads, seq, head_dim] tensor")
             return original(x)
@@ -179,14 +165,12 @@ def _patch_rotary_tables(report, module, where, compiled_ops):
     _swap_forward(report, module, where, "rotary_embedding_half", forward)
 
 
-def _rope_replacement(original, compiled_ops):
+def _rope_replacement(original):
     # The function's extra parameters differ between transformers versions (position_ids was
     # dropped), so unsqueeze_dim is found by name.
     signature = inspect.signature(original)
 
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
-        if _compiled_elsewhere("rotary_embedding_half", compiled_ops):
-            return original(q, k, cos, sin, *args, **kwargs)
         unsqueeze_dim = 1
         if args or kwargs:
             bound = signature.bind(q, k, cos, sin, *args, **kwargs)
@@ -209,15 +193,12 @@ def _rope_replacement(original, compiled_ops):
     return apply_rotary_pos_emb
 
 
-def _causal_lm_loss_replacement(original, compiled_ops):
+def _causal_lm_loss_replacement(original):
     """Hugging Face's ForCausalLMLoss (transformers.loss.loss_utils) on kforge's cross-entropy:
     the plain case (mean over tokens, ignore index -100, no num_items_in_batch) only."""
 
     def loss(logits, labels, vocab_size, num_items_in_batch=None, ignore_index=-100,
              shift_labels=None, **kwargs):
-        if _compiled_elsewhere("cross_entropy", compiled_ops):
-            return original(logits, labels, vocab_size, num_items_in_batch, ignore_index,
-                            shift_labels, **kwargs)
         if num_items_in_batch is not None or ignore_index != -100 or kwargs or _recording_grad(logits):
             _C.count("cross_entropy", "call: loss with num_items_in_batch, another ignore index or gradients")
             return original(logits, labels, vocab_size, num_items_in_batch, ignore_index,
@@ -233,11 +214,10 @@ def _causal_lm_loss_replacement(original, compiled_ops):
     return loss
 
 
-def patch(model, verbose=True, ops=None, compiled_ops=None):
+def patch(model, verbose=True, ops=None):
     """Swaps kforge ops into `model` in place; returns a PatchReport (str() it, or .undo()).
 
     ops: the kforge ops to swap in (default: every op the export carries).
-    compiled_ops: of those, the ones that run kforge inside torch.compile graphs (default: all).
     """
     exported = set(exported_ops())
     if ops is not None:
@@ -245,7 +225,6 @@ def patch(model, verbose=True, ops=None, compiled_ops=None):
         if unknown:
             raise ValueError(f"not in this export: {', '.join(sorted(unknown))} (it has {', '.join(sorted(exported))})")
         exported = set(ops)
-    compiled_ops = None if compiled_ops is None else set(compiled_ops)
     report = PatchReport()
     modeling_modules = set()
 
@@ -258,22 +237,22 @@ def patch(model, verbose=True, ops=None, compiled_ops=None):
         modeling_modules.add(type(module).__module__)
         if name.endswith("RMSNorm") or isinstance(module, torch.nn.RMSNorm):
             if "rmsnorm" in exported:
-                _patch_rmsnorm(report, module, where, compiled_ops)
+                _patch_rmsnorm(report, module, where)
             else:
                 left_alone(where, name, "rmsnorm")
         elif isinstance(module, torch.nn.LayerNorm):
             if "layernorm" in exported:
-                _patch_layernorm(report, module, where, compiled_ops)
+                _patch_layernorm(report, module, where)
             else:
                 left_alone(where, name, "layernorm")
         elif isinstance(module, torch.nn.CrossEntropyLoss):
             if "cross_entropy" in exported:
-                _patch_cross_entropy(report, module, where, compiled_ops)
+                _patch_cross_entropy(report, module, where)
             else:
                 left_alone(where, name, "cross_entropy")
         elif name.endswith("RotaryEmbeddingHalf"):
             if "rotary_embedding_half" in exported:
-                _patch_rotary_tables(report, module, where, compiled_ops)
+                _patch_rotary_tables(report, module, where)
             else:
                 left_alone(where, name, "rotary_embedding_half")
         elif name.endswith("MLP") or name == "SwiGLU":
@@ -287,7 +266,7 @@ def patch(model, verbose=True, ops=None, compiled_ops=None):
     if getattr(loss_function, "__name__", "") == "ForCausalLMLoss":
         if "cross_entropy" in exported:
             had_own = "_loss_function" in vars(model)
-            model.loss_function = _causal_lm_loss_replacement(loss_function, compiled_ops)
+            model.loss_function = _causal_lm_loss_replacement(loss_function)
             report.swapped.append(("(model).loss_function", "ForCausalLMLoss", "kforge::cross_entropy"))
             report._undo.append(lambda: setattr(model, "loss_function", loss_function) if had_own
                                 else delattr(model, "_loss_function"))
@@ -302,7 +281,7 @@ def patch(model, verbose=True, ops=None, compiled_ops=None):
         if "rotary_embedding_half" not in exported:
             left_alone(module_name, "apply_rotary_pos_emb", "rotary_embedding_half")
             continue
-        setattr(module, "apply_rotary_pos_emb", _rope_replacement(original, compiled_ops))
+        setattr(module, "apply_rotary_pos_emb", _rope_replacement(original))
         report.swapped.append((module_name, "apply_rotary_pos_emb", "kforge::rotary_embedding_half"))
         report._undo.append(lambda m=module, f=original: setattr(m, "apply_rotary_pos_emb", f))
     if verbose:
