@@ -124,6 +124,20 @@ def kforge_us_per_call(op, sizes, dtype, iters=50):
     return start.elapsed_time(end) / iters * 1e3
 
 
+def host_issue_ms(fn, repeats=5):
+    """The host's time to issue one step with the GPU idle at its start (median of `repeats`):
+    a step whose host time reaches its GPU step time is host-bound, and a faster kernel cannot
+    make it faster."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - began) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def torch_us_per_call(fn, iters=50):
     for _ in range(5):
         fn()
@@ -220,9 +234,12 @@ def main():
         del f32_model
         ref_logits, ref_loss = outputs(model, inputs)
         eager_ms = step_ms(run(model), args.iters)
+        host_ms = {"eager": host_issue_ms(run(model))} if on_gpu else {}
         compiled = compile_model(model, args.compile_mode)
         c_logits, c_loss = outputs(compiled, inputs)
         compile_ms = step_ms(run(compiled), args.iters)
+        if on_gpu:
+            host_ms["compile"] = host_issue_ms(run(compiled))
 
         report = kforge_ops.patch(model, verbose=False)
         swapped_ops = sorted({op.split("::")[1] for _, _, op in report.swapped})
@@ -230,6 +247,8 @@ def main():
         k_logits, k_loss = outputs(model, inputs)
         calls = kforge_ops.stats()
         kforge_ms = step_ms(run(model), args.iters)
+        if on_gpu:
+            host_ms["eager_kforge"] = host_issue_ms(run(model))
         # torch.compile + kforge: the model with every swap compiled, then with one swap at a
         # time. A model that will be compiled gets, with --compiled-ops auto, the swaps that
         # alone made the compiled model faster beyond both spreads (every round faster, the
@@ -258,7 +277,10 @@ def main():
         else:
             kept = [op for op in args.compiled_ops.split(",") if op]
         chosen = kforge_ops.patch(model, verbose=False, ops=kept)
-        compile_kforge_ms = step_ms(run(compile_model(model, args.compile_mode)), args.iters)
+        compiled_k = compile_model(model, args.compile_mode)
+        compile_kforge_ms = step_ms(run(compiled_k), args.iters)
+        if on_gpu:
+            host_ms["compile_kforge"] = host_issue_ms(run(compiled_k))
         chosen.undo()
 
     tol = TOLERANCE[dtype]
@@ -282,7 +304,7 @@ def main():
                    "not_swapped": [list(s) for s in report.not_swapped],
                    "calls": calls, "calls_compiled_all_ops": calls_compiled,
                    "step_ms": {k: mean(v) for k, v in step.items()},
-                   "step_ms_rounds": step,
+                   "step_ms_rounds": step, "host_issue_ms": host_ms,
                    "compile_kforge_one_op_ms": {k: mean(v) for k, v in compile_one_op_ms.items()},
                    "compiled_ops": kept,
                    "speedup": {"eager_kforge_vs_eager": mean(eager_ms) / mean(kforge_ms),
@@ -307,7 +329,8 @@ def main():
               f"(from the unpatched: {c['vs_unpatched']:.2e})")
     print(f"  correctness: {'PASS' if passed else 'FAIL'}")
     for name, times in step.items():
-        print(f"  {name:<16} {mean(times):8.3f} ms  ({' / '.join(f'{t:.3f}' for t in times)})")
+        host = f"  host {host_ms[name]:.3f} ms to issue" if name in host_ms else ""
+        print(f"  {name:<16} {mean(times):8.3f} ms  ({' / '.join(f'{t:.3f}' for t in times)}){host}")
     for op, times in compile_one_op_ms.items():
         print(f"  compile + kforge {op} only: {mean(times):8.3f} ms  "
               f"({mean(compile_ms) / mean(times):.3f}x compile)")
