@@ -169,6 +169,27 @@ def _rope_replacement(original):
     # The function's extra parameters differ between transformers versions (position_ids was
     # dropped), so unsqueeze_dim is found by name.
     signature = inspect.signature(original)
+    # Every layer of a step gets the same cos and sin tensors: in eager, their packed first
+    # halves are made once per step. The cache holds the tensors themselves (so their memory
+    # cannot be reused by new tables while cached) and their version counters, which see
+    # in-place edits (inference tensors have none: an in-place edit of the tables between the
+    # layers of one step, which Hugging Face never makes, would go unseen there).
+    last = {"tables": None, "versions": None, "halves": None}
+
+    def version(t):
+        return None if t.is_inference() else t._version
+
+    def halves(cos, sin):
+        half = cos.shape[-1] // 2
+        if torch.compiler.is_compiling():
+            return cos[0, :, :half].contiguous(), sin[0, :, :half].contiguous()
+        tables = last["tables"]
+        if tables is None or tables[0] is not cos or tables[1] is not sin or \
+                last["versions"] != (version(cos), version(sin)):
+            last["tables"] = (cos, sin)
+            last["versions"] = (version(cos), version(sin))
+            last["halves"] = (cos[0, :, :half].contiguous(), sin[0, :, :half].contiguous())
+        return last["halves"]
 
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         unsqueeze_dim = 1
@@ -181,9 +202,7 @@ def _rope_replacement(original):
         if unsqueeze_dim != 1 or not shared or q.dim() != 4 or _recording_grad(q, k):
             _C.count("rotary_embedding_half", "call: not the shared-position, head-first form")
             return original(q, k, cos, sin, *args, **kwargs)
-        half = q.shape[-1] // 2
-        c = cos[0, :, :half].contiguous()
-        s = sin[0, :, :half].contiguous()
+        c, s = halves(cos, sin)
         # q and k arrive as transposed views of the projections ([batch, seq, heads, head_dim]
         # in memory); the kernel takes [batch, heads, seq, head_dim] packed, so they are copied
         # (one pass each; the composite they replace makes several).
