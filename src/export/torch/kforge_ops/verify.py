@@ -309,7 +309,9 @@ def main():
                    "compiled_ops": kept,
                    "speedup": {"eager_kforge_vs_eager": mean(eager_ms) / mean(kforge_ms),
                                "compile_kforge_vs_compile": mean(compile_ms) / mean(compile_kforge_ms)}})
-    if args.plan:
+    if args.plan and not on_gpu:
+        print("--plan: the predicted gain needs the GPU; left out")
+    elif args.plan:
         with open(args.plan) as f:
             plan = json.load(f)
         with torch.inference_mode():
@@ -341,7 +343,7 @@ def main():
     print(f"  eager + kforge:   {result['speedup']['eager_kforge_vs_eager']:.3f}x eager"
           + (f" (predicted {result['predicted']['eager_kforge_vs_eager']:.3f}x; with the work each swap "
              f"leaves in place, {result['predicted']['eager_kforge_vs_eager_with_work_left_in_place']:.3f}x)"
-             if args.plan else ""))
+             if "predicted" in result else ""))
     print(f"  compile + kforge: {result['speedup']['compile_kforge_vs_compile']:.3f}x compile, swapped "
           f"before compiling: {', '.join(kept) or 'no op (compiled, each was as fast or faster without)'}")
     if args.json:
