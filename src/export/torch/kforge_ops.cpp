@@ -26,10 +26,13 @@
 #include <initializer_list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/EmptyTensor.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
@@ -232,7 +235,9 @@ at::Tensor try_kforge(OpTable& table, const char* op, Inputs inputs, c10::ArrayR
   const Row* row = covering_row(table, inputs, why);
   if (row != nullptr) {
     at::Tensor output = make_output();
-    const c10::cuda::CUDAGuard guard(output.device());
+    // Switch devices only when the call's is not current (a guard costs runtime calls).
+    std::optional<c10::cuda::CUDAGuard> guard;
+    if (c10::cuda::current_device() != output.device().index()) guard.emplace(output.device());
     AbiCall call;
     fill_call(call, inputs, output, scalars);
     const int status = row->run(&call.args);
@@ -250,8 +255,14 @@ at::Tensor try_kforge(OpTable& table, const char* op, Inputs inputs, c10::ArrayR
 
 // ---- The ops, each with its ATen composite ----
 
+// A packed CUDA tensor for a covered call's output, straight from PyTorch's caching allocator
+// (not through the dispatcher: the call is known to be on a CUDA device).
+at::Tensor cuda_empty(c10::IntArrayRef sizes, const at::Tensor& like) {
+  return at::detail::empty_cuda(sizes, like.scalar_type(), like.device(), std::nullopt);
+}
+
 at::Tensor packed_like(const at::Tensor& x) {
-  return at::empty(x.sizes(), x.options());
+  return cuda_empty(x.sizes(), x);
 }
 
 at::Tensor rmsnorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -283,7 +294,7 @@ at::Tensor softmax(const at::Tensor& x) {
 at::Tensor cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
   static OpTable& table = table_of("cross_entropy");
   at::Tensor out = try_kforge(table, "cross_entropy", {logits, targets}, {},
-                              [&] { return at::empty({}, logits.options()); });
+                              [&] { return cuda_empty({}, logits); });
   if (out.defined()) return out;
   return at::cross_entropy_loss(logits.to(at::kFloat), targets, {}, at::Reduction::Mean, -100)
       .to(logits.scalar_type());
@@ -327,9 +338,8 @@ at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at
 
 at::Tensor reduce(const at::Tensor& x) {
   static OpTable& table = table_of("reduce");
-  at::Tensor out = try_kforge(table, "reduce", {x}, {}, [&] {
-    return at::empty(x.sizes().slice(0, x.dim() - 1), x.options());
-  });
+  at::Tensor out = try_kforge(table, "reduce", {x}, {},
+                              [&] { return cuda_empty(x.sizes().slice(0, x.dim() - 1), x); });
   if (out.defined()) return out;
   return x.to(at::kFloat).sum(-1).to(x.scalar_type()).contiguous();
 }
@@ -467,7 +477,7 @@ std::vector<double> host_us_per_call(const std::string& op, const std::vector<at
   const double op_us = per_call([&] { run_op(); });
   const double lookup_us =
       per_call([&] { as_list([&](Inputs list) { return covering_row(table, list, why); }); });
-  const double alloc_us = per_call([&] { (void)at::empty(output.sizes(), output.options()); });
+  const double alloc_us = per_call([&] { (void)cuda_empty(output.sizes(), output); });
   return {module_us, op_us, lookup_us, alloc_us};
 }
 
