@@ -181,27 +181,75 @@ CLI::App* add_verify_command(CLI::App& app, VerifyFlags& flags) {
   return cmd;
 }
 
-int cmd_verify(const VerifyFlags& flags) {
-  const fs::path dir = fs::absolute(flags.export_dir);
+namespace {
+
+// The `kforge export --target torch` directory named by --export, made absolute.
+fs::path torch_export_dir(const std::string& flag) {
+  const fs::path dir = fs::absolute(flag);
   if (!fs::exists(dir / "kforge_ops" / "manifest.json")) {
-    throw UsageError(fmt::format("--export {}: not a `kforge export --target torch` directory",
-                                 flags.export_dir));
+    throw UsageError(
+        fmt::format("--export {}: not a `kforge export --target torch` directory", flag));
   }
-  // The package from the export directory; the example models from this source tree.
-  const char* path = std::getenv("PYTHONPATH");
-  const std::string python_path = dir.string() + (path ? ":" + std::string(path) : "");
-  const fs::path examples = default_include_dir().parent_path() / "python" / "examples";
-  std::vector<std::string> command = {
-      "env", "PYTHONPATH=" + python_path, "KFORGE_EXAMPLES_DIR=" + examples.string(), "python3",
-      "-m",  "kforge_ops.verify"};
-  command.insert(command.end(), flags.args.begin(), flags.args.end());
+  return dir;
+}
+
+// Replaces this process with `command`, run with `python_path` before PYTHONPATH and the
+// variables `env` ("NAME=VALUE") set.
+[[noreturn]] void exec_with_python_path(const std::vector<fs::path>& python_path,
+                                        std::vector<std::string> env,
+                                        const std::vector<std::string>& command) {
+  std::string path;
+  for (const fs::path& p : python_path)
+    path += (path.empty() ? "" : ":") + p.string();
+  if (const char* existing = std::getenv("PYTHONPATH"); existing && *existing)
+    path += ":" + std::string(existing);
+  std::vector<std::string> full = {"env", "PYTHONPATH=" + path};
+  full.insert(full.end(), env.begin(), env.end());
+  full.insert(full.end(), command.begin(), command.end());
   std::vector<char*> argv;
-  for (auto& a : command)
+  for (auto& a : full)
     argv.push_back(a.data());
   argv.push_back(nullptr);
   std::fflush(nullptr);
   ::execvp(argv[0], argv.data());
-  throw Error(fmt::format("cannot run python3: {}", std::strerror(errno)));
+  throw Error(fmt::format("cannot run {}: {}", command.front(), std::strerror(errno)));
+}
+
+}  // namespace
+
+int cmd_verify(const VerifyFlags& flags) {
+  // The package from the export directory; the example models from this source tree.
+  const fs::path dir = torch_export_dir(flags.export_dir);
+  const fs::path examples = default_include_dir().parent_path() / "python" / "examples";
+  std::vector<std::string> command = {"python3", "-m", "kforge_ops.verify"};
+  command.insert(command.end(), flags.args.begin(), flags.args.end());
+  exec_with_python_path({dir}, {"KFORGE_EXAMPLES_DIR=" + examples.string()}, command);
+}
+
+CLI::App* add_patch_command(CLI::App& app, PatchFlags& flags) {
+  auto* cmd = app.add_subcommand(
+      "patch",
+      "Run a Python program with its models patched with an export's kforge ops, its source "
+      "unchanged: what was swapped, where, and the calls per op are printed (docs/export.md)");
+  cmd->add_option("--export", flags.export_dir, "A `kforge export --target torch` directory")
+      ->required();
+  cmd->add_option("--ops", flags.ops,
+                  "Swap only these ops (comma-separated), e.g. those `kforge verify` found "
+                  "faster in a compiled model");
+  cmd->add_option("command", flags.command, "The program and its arguments, after --")->required();
+  return cmd;
+}
+
+int cmd_patch(const PatchFlags& flags) {
+  const fs::path dir = torch_export_dir(flags.export_dir);
+  const fs::path autopatch = dir / "kforge_ops" / "_autopatch";
+  if (!fs::exists(autopatch / "sitecustomize.py")) {
+    throw UsageError(fmt::format("--export {}: written by an older kforge (no {}); export again",
+                                 flags.export_dir, autopatch.string()));
+  }
+  std::vector<std::string> env;
+  if (!flags.ops.empty()) env.push_back("KFORGE_PATCH_OPS=" + flags.ops);
+  exec_with_python_path({autopatch, dir}, env, flags.command);
 }
 
 }  // namespace kforge

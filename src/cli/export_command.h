@@ -28,11 +28,21 @@ struct VerifyFlags {
   std::vector<std::string> args;  // passed on to kforge_ops.verify
 };
 
+struct PatchFlags {
+  std::string export_dir;            // a `kforge export --target torch` directory
+  std::string ops;                   // comma-separated; empty: every op the export has
+  std::vector<std::string> command;  // the program to run
+};
+
 CLI::App* add_export_command(CLI::App& app, ExportFlags& flags, DeviceFlags& device);
 CLI::App* add_verify_command(CLI::App& app, VerifyFlags& flags);
 // Runs the export's kforge_ops.verify in Python (it needs PyTorch and a GPU) and returns its
 // exit status.
-int cmd_verify(const VerifyFlags& flags);
+[[noreturn]] int cmd_verify(const VerifyFlags& flags);
+CLI::App* add_patch_command(CLI::App& app, PatchFlags& flags);
+// Runs a program with the export's kforge_ops/_autopatch on PYTHONPATH: its models are patched
+// at their first forward (kforge_ops/_autopatch/sitecustomize.py).
+[[noreturn]] int cmd_patch(const PatchFlags& flags);
 int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
                const std::vector<std::string>& argv);
 

@@ -361,6 +361,8 @@ int main(int argc, char** argv) {
   auto* export_cmd = add_export_command(app, export_flags, device_flags);
   VerifyFlags verify_flags;
   auto* verify = add_verify_command(app, verify_flags);
+  PatchFlags patch_flags;
+  auto* patch = add_patch_command(app, patch_flags);
   LoopFlags loop_flags;
   auto* loop = add_loop_command(app, loop_flags, device_flags);
 
@@ -400,6 +402,7 @@ int main(int argc, char** argv) {
     if (*build) return cmd_build(build_flags, device_flags, args);
     if (*export_cmd) return cmd_export(export_flags, device_flags, args);
     if (*verify) return cmd_verify(verify_flags);
+    if (*patch) return cmd_patch(patch_flags);
     if (*loop) return cmd_loop(loop_flags, device_flags);
     if (*profile) return cmd_profile(profile_flags, args);
     if (*plan) return cmd_plan(plan_flags, args);

@@ -70,6 +70,7 @@ std::string readme(const ExportPlan& plan, const ExportContext& context) {
       "what and where\n"
       "with torch.inference_mode():\n    logits = model(input_ids).logits\n"
       "print(kforge_ops.stats())          # calls per op: 'kforge', or why they fell back\n```\n\n"
+      "or, the program unchanged: `kforge patch --export THIS_DIR -- python3 program.py`.\n\n"
       "A call runs the kforge module chosen for its dtype and sizes when its tensors are CUDA,\n"
       "contiguous and on the GPU model below; any other call runs PyTorch's own composite and is\n"
       "counted with its reason. The ops have no backward (an error, never a wrong gradient).\n\n"
@@ -92,7 +93,7 @@ class TorchTarget final : public ExportTarget {
     copy_export_file(support / "kforge_ops.cpp", out, "csrc/kforge_ops.cpp", written);
     copy_export_file(context.include_dir / "kforge" / "kernel.h", out, "csrc/kforge/kernel.h",
                      written);
-    for (const char* file : {"__init__.py", "patch.py", "verify.py"})
+    for (const char* file : {"__init__.py", "patch.py", "verify.py", "_autopatch/sitecustomize.py"})
       copy_export_file(support / "kforge_ops" / file, out, fs::path("kforge_ops") / file, written);
 
     // The modules: compiled (or taken from kforge's cache) exactly as kforge checks them.

@@ -60,6 +60,20 @@ TEST_F(ExportGpuTest, TorchPackagePassesItsChecks) {
       std::chrono::minutes(20));
   EXPECT_TRUE(r.ok()) << r.output;
   std::cout << r.output;
+
+  // The example llama, unmodified, run under `kforge patch`: its RMSNorms, RoPE and loss are
+  // swapped at its first forward, and every call is counted (on kforge where this GPU's table
+  // has the example's sizes, else fallen back with the reason).
+  const CommandResult patched = run_command(
+      {test::kforge_binary(), "patch", "--export", out.string(), "--", "python3",
+       (test::source_root() / "python" / "examples" / "llama.py").string(), "--iters", "2"},
+      std::chrono::minutes(10));
+  EXPECT_TRUE(patched.ok()) << patched.output;
+  for (const char* line :
+       {"RMSNorm -> kforge::rmsnorm", "RotaryEmbeddingHalf -> kforge::rotary_embedding_half",
+        "CrossEntropyLoss -> kforge::cross_entropy", "calls rmsnorm:"})
+    EXPECT_NE(patched.output.find(line), std::string::npos) << line << "\n" << patched.output;
+  std::cout << patched.output;
 }
 
 }  // namespace

@@ -272,6 +272,49 @@ TEST(StandaloneExport, BuildsWithCMake) {
   EXPECT_EQ(manifest.at("ops").at(0).at("rows").size(), plan.ops.at(0).rows.size());
 }
 
+// `kforge patch --export DIR -- PROGRAM`: the program runs unchanged (its output, its exit
+// status), a sitecustomize it had on PYTHONPATH still runs, and the patching is set up in its first
+// Python process only. Without PyTorch (CI) the program runs unpatched and says so; with it, the
+// patched model's run is checked on the GPU machine (test_export_gpu.cpp).
+TEST(TorchExport, PatchRunsTheProgramUnchanged) {
+  const ExportPlan plan = plan_for({"rmsnorm"});
+  const fs::path dir = test::temp_dir("export-patch");
+  const fs::path out = dir / "package";
+  find_export_target("torch")->write(plan, context(), out);
+  const fs::path own = dir / "own-site";
+  fs::create_directories(own);
+  {
+    std::ofstream site(own / "sitecustomize.py");
+    site << "import os\nos.environ['OWN_SITE_RAN'] = '1'\n";
+  }
+  const std::string program =
+      "import os, subprocess, sys\n"
+      "print('own site', os.environ.get('OWN_SITE_RAN'))\n"
+      "print('claimed by', os.environ.get('KFORGE_PATCH_CLAIMED') == str(os.getpid()))\n"
+      "child = subprocess.run([sys.executable, '-c', 'import os; "
+      "print(os.environ.get(\"KFORGE_PATCH_CLAIMED\"))'], capture_output=True, text=True)\n"
+      "print('child sees', child.stdout.strip() == os.environ['KFORGE_PATCH_CLAIMED'])\n"
+      "sys.exit(3)\n";
+  const auto r = run_command({"env", "PYTHONPATH=" + own.string(), test::kforge_binary(), "patch",
+                              "--export", out.string(), "--", "python3", "-c", program},
+                             std::chrono::minutes(5));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("own site 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("claimed by True"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("child sees True"), std::string::npos) << r.output;
+  if (!run_command({"python3", "-c", "import torch"}).ok()) {
+    EXPECT_NE(r.output.find("not patching: cannot load PyTorch or the export"), std::string::npos)
+        << r.output;
+  }
+
+  const auto missing = run_command(
+      {test::kforge_binary(), "patch", "--export", dir.string(), "--", "python3", "-c", "pass"});
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.output.find("not a `kforge export --target torch` directory"),
+            std::string::npos)
+      << missing.output;
+}
+
 }  // namespace
 }  // namespace kforge
 
@@ -305,8 +348,8 @@ TEST(TorchExport, PackagesTheModulesKforgeChecks) {
     ASSERT_TRUE(symbols.ok()) << symbols.output;
     EXPECT_NE(symbols.output.find(" T kforge_run"), std::string::npos) << module;
   }
-  for (const char* file :
-       {"kforge_ops/__init__.py", "kforge_ops/patch.py", "kforge_ops/verify.py", "setup.py"}) {
+  for (const char* file : {"kforge_ops/__init__.py", "kforge_ops/patch.py", "kforge_ops/verify.py",
+                           "kforge_ops/_autopatch/sitecustomize.py", "setup.py"}) {
     const auto parsed = run_command({"python3", "-m", "py_compile", (out / file).string()});
     EXPECT_TRUE(parsed.ok()) << file << ": " << parsed.output;
   }
