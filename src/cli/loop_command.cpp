@@ -26,6 +26,20 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
   cmd->add_option("--note", flags.note, "What the change does, for the logs");
   cmd->add_option("--proposer", flags.proposer, "Who proposed it, for the logs")
       ->capture_default_str();
+  cmd->add_option("--propose", flags.propose,
+                  "Run experiments from a proposer on the task until it has no more or a "
+                  "move-on rule fires: " +
+                      fmt::format("{}", fmt::join(proposer_names(), ", ")) +
+                      " (e.g. scripted:DIR, DIR's files in name order)");
+  cmd->add_option("--max-reverts", flags.rules.max_consecutive_reverts,
+                  "Move on after this many experiments in a row not kept (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--target-speedup", flags.rules.target_speedup,
+                  "Move on once the best is this much faster than the start (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--task-seconds", flags.rules.budget_seconds,
+                  "Move on after this much wall time on the task in this run (0: no budget)")
+      ->capture_default_str();
   cmd->add_option("--max-seconds", flags.max_seconds, "Timing cap per kernel and experiment")
       ->capture_default_str();
   cmd->add_option("--json", flags.json_path, "Write the workspace's state as JSON ('-': stdout)");
@@ -116,19 +130,22 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
     tasks.push_back({dir, task, TaskJournal::open(dir, starter)});
   }
 
-  if (!flags.submit.empty() || std::any_of(tasks.begin(), tasks.end(), [](const Task& t) {
-        return t.journal.interrupted().has_value();
-      })) {
+  std::unique_ptr<Proposer> proposer;
+  if (!flags.propose.empty()) proposer = make_proposer(flags.propose);
+  if (!flags.submit.empty() || proposer ||
+      std::any_of(tasks.begin(), tasks.end(),
+                  [](const Task& t) { return t.journal.interrupted().has_value(); })) {
     WorkerClient worker({backend, device.device});
     Compiler compiler;
     Checker checker(compiler, worker);
     const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
     EvaluationOptions options;
     options.settings.max_seconds = flags.max_seconds;
-    const auto run = [&](Task& t, const fs::path& proposal, const std::string& note) {
+    const auto run = [&](Task& t, const fs::path& proposal, const std::string& note,
+                         const std::string& proposed_by) {
       ExperimentRecord r = evaluate_proposal(checker, worker, ceilings, t.task, proposal,
                                              t.journal.kernel_path(), options);
-      r.proposer = flags.proposer;
+      r.proposer = proposed_by;
       r.note = note;
       // The first timed experiment times the start beside it.
       double start = start_us(t.journal);
@@ -147,21 +164,53 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
       if (const auto proposal = t.journal.interrupted()) {
         progress_line(fmt::format("[{}] evaluating experiment {} again (interrupted)",
                                   t.dir.filename().string(), t.journal.records().size() + 1));
-        run(t, *proposal, "resumed");
+        const TaskJournal::Origin origin = t.journal.interrupted_origin();
+        run(t, *proposal, origin.note.empty() ? "resumed" : origin.note + " (resumed)",
+            origin.proposer.empty() ? "resumed" : origin.proposer);
       }
     }
+    const auto target_task = [&]() -> Task& {
+      if (flags.task.empty()) return tasks.front();
+      const auto it = std::find_if(tasks.begin(), tasks.end(),
+                                   [&](const Task& t) { return t.dir.filename() == flags.task; });
+      if (it == tasks.end())
+        throw UsageError(fmt::format("no task folder {} in {}", flags.task, flags.workspace));
+      return *it;
+    };
     if (!flags.submit.empty()) {
-      auto target = tasks.begin();
-      if (!flags.task.empty()) {
-        target = std::find_if(tasks.begin(), tasks.end(),
-                              [&](const Task& t) { return t.dir.filename() == flags.task; });
-        if (target == tasks.end())
-          throw UsageError(fmt::format("no task folder {} in {}", flags.task, flags.workspace));
-      }
+      Task& target = target_task();
       if (!fs::is_regular_file(flags.submit))
         throw UsageError(fmt::format("cannot read {}", flags.submit));
-      const fs::path saved = target->journal.begin(read_text_file(flags.submit));
-      run(*target, saved, flags.note);
+      const fs::path saved =
+          target.journal.begin(read_text_file(flags.submit), flags.proposer, flags.note);
+      run(target, saved, flags.note, flags.proposer);
+    }
+    if (proposer) {
+      Task& target = target_task();
+      const auto began = std::chrono::steady_clock::now();
+      for (;;) {
+        const double start = start_us(target.journal);
+        const double best = best_us(target.journal);
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+        const std::string reason =
+            move_on_reason(flags.rules, target.journal.records(),
+                           start > 0 && best > 0 ? start / best : 1.0, elapsed);
+        if (!reason.empty()) {
+          fmt::print("[{}] moving on: {}\n", target.dir.filename().string(), reason);
+          break;
+        }
+        const std::string current = read_text_file(target.journal.kernel_path());
+        const auto proposal = proposer->next({target.task, current, target.journal.records()});
+        if (!proposal) {
+          fmt::print("[{}] moving on: the {} proposer has no more proposals\n",
+                     target.dir.filename().string(), proposer->name());
+          break;
+        }
+        const fs::path saved =
+            target.journal.begin(proposal->source, std::string(proposer->name()), proposal->note);
+        run(target, saved, proposal->note, std::string(proposer->name()));
+      }
     }
   }
 

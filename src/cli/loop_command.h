@@ -4,6 +4,8 @@
 //
 //   kforge loop DIR                                    every task: experiments, kept, best, state
 //   kforge loop DIR --submit FILE --task T --note "…"  one experiment: check, time, keep or revert
+//   kforge loop DIR --propose scripted:EDITS --task T  experiments from a proposer until it has
+//                                                      no more or a move-on rule fires
 //
 // An experiment a killed run left is evaluated again before anything new.
 #pragma once
@@ -14,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
+#include "loop/proposer.h"
 
 namespace kforge {
 
@@ -23,6 +26,8 @@ struct LoopFlags {
   std::string task;    // a task folder's name (default: the only task, or the first)
   std::string note;    // the proposer's description of the change
   std::string proposer = "agent";
+  std::string propose;  // a proposer spec (src/loop/proposer.h), e.g. scripted:DIR
+  MoveOnRules rules;
   double max_seconds = 1.0;  // timing cap per kernel per experiment
   std::string json_path;
 };

@@ -193,7 +193,14 @@ void TaskJournal::recover() {
   }
 }
 
-fs::path TaskJournal::begin(const std::string& proposal) {
+TaskJournal::Origin TaskJournal::interrupted_origin() const {
+  if (!interrupted_) return {};
+  const nlohmann::json pending = read_json_file(pending_path());
+  return {pending.value("proposer", ""), pending.value("note", "")};
+}
+
+fs::path TaskJournal::begin(const std::string& proposal, const std::string& proposer,
+                            const std::string& note) {
   if (interrupted_) {
     throw Error(fmt::format("experiment {} was interrupted: evaluate {} and finish it first",
                             *interrupted_, interrupted()->string()));
@@ -202,7 +209,8 @@ fs::path TaskJournal::begin(const std::string& proposal) {
   const int number = static_cast<int>(records_.size()) + 1;
   const fs::path path = proposal_path(number);
   write_text_atomically(path, proposal);
-  write_json_atomically(pending_path(), {{"experiment", number}});
+  write_json_atomically(pending_path(),
+                        {{"experiment", number}, {"proposer", proposer}, {"note", note}});
   return path;
 }
 

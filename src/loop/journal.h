@@ -62,10 +62,19 @@ class TaskJournal {
   // The proposal of an experiment a killed process did not finish, to evaluate again.
   std::optional<std::filesystem::path> interrupted() const;
 
-  // Saves `proposal` (the whole new kernel file) as the next experiment and marks it under way.
-  // Returns where it was saved; the experiment's number is records().size() + 1. An
-  // interrupted experiment must be finished first.
-  std::filesystem::path begin(const std::string& proposal);
+  // Who proposed the interrupted experiment and why, as begin() was told (empty when not told).
+  struct Origin {
+    std::string proposer;
+    std::string note;
+  };
+  Origin interrupted_origin() const;
+
+  // Saves `proposal` (the whole new kernel file) as the next experiment and marks it under way,
+  // with its proposer and note (kept for a resume). Returns where it was saved; the
+  // experiment's number is records().size() + 1. An interrupted experiment must be finished
+  // first.
+  std::filesystem::path begin(const std::string& proposal, const std::string& proposer = {},
+                              const std::string& note = {});
   // Records the pending experiment's outcome. With record.kept the saved proposal becomes the
   // repository's file in a commit (record.commit is set to it); otherwise the repository is
   // untouched (record.commit is the commit it was measured against). Returns the record as

@@ -61,3 +61,78 @@ TEST(LoopCli, SubmitsAndResumesAnInterruptedExperiment) {
 
 }  // namespace
 }  // namespace kforge
+
+namespace kforge {
+namespace {
+namespace fs = std::filesystem;
+
+// `--propose scripted:DIR`: DIR's edits in name order, each an experiment with its note; the
+// loop moves on after --max-reverts experiments in a row not kept, and a later run resumes the
+// sequence where it stopped, to its end.
+TEST(LoopCli, ScriptedProposerRunsItsEditsUntilAMoveOnRule) {
+  const fs::path ws = test::temp_dir("loop-scripted");
+  const fs::path task = ws / "task-01-rmsnorm";
+  fs::create_directories(task);
+  std::ofstream(task / "task.json") << R"({"op": "rmsnorm", "shape": "256x512", "dtype": "f32"})";
+  const std::string starter =
+      test::read_text(fs::path(test::kernels_dir()) / "rmsnorm" / "rmsnorm_cpu.cpp");
+  const std::string at = "const acc_t inv_rms = acc_t(1)";
+  ASSERT_NE(starter.find(at), std::string::npos);
+  const auto edited = [&](const std::string& before, const std::string& replacement) {
+    std::string s = starter;
+    s.replace(s.find(at), at.size(), before + replacement);
+    return s;
+  };
+  const fs::path edits = ws / "edits";
+  fs::create_directories(edits);
+  std::ofstream(edits / "1-wrong.cpp") << edited("", "const acc_t inv_rms = acc_t(1.01)");
+  std::ofstream(edits / "1-wrong.cpp.note") << "scale by 1.01\n";
+  std::ofstream(edits / "2-broken.cpp") << edited("this does not compile; ", at);
+  std::ofstream(edits / "3-slower.cpp")
+      << edited("for (volatile int spin = 0; spin < 4000; ++spin) {}\n", at);
+
+  const auto loop = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {test::kforge_binary(),
+                                     "loop",
+                                     ws.string(),
+                                     "--backend",
+                                     "cpu",
+                                     "--max-seconds",
+                                     "0.2",
+                                     "--propose",
+                                     "scripted:" + edits.string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return run_command(argv, std::chrono::minutes(5));
+  };
+  const CommandResult first = loop({"--max-reverts", "2"});
+  ASSERT_TRUE(first.ok()) << first.output;
+  EXPECT_NE(first.output.find("#1 WRONG"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("#2 COMPILE_ERROR"), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("moving on: 2 experiments in a row not kept"), std::string::npos)
+      << first.output;
+  EXPECT_EQ(first.output.find("#3"), std::string::npos) << first.output;
+
+  const CommandResult second = loop({"--max-reverts", "0"});
+  ASSERT_TRUE(second.ok()) << second.output;
+  EXPECT_NE(second.output.find("#3 REVERT"), std::string::npos) << second.output;
+  EXPECT_NE(second.output.find("the scripted proposer has no more proposals"), std::string::npos)
+      << second.output;
+
+  const TaskJournal journal = TaskJournal::open(task);
+  ASSERT_EQ(journal.records().size(), 3u);
+  EXPECT_EQ(journal.records()[0].note, "scale by 1.01");
+  EXPECT_EQ(journal.records()[1].note, "2-broken.cpp");
+  for (const ExperimentRecord& r : journal.records()) {
+    EXPECT_EQ(r.proposer, "scripted");
+    EXPECT_FALSE(r.kept);
+  }
+  EXPECT_EQ(test::read_text(journal.kernel_path()), starter);
+
+  const CommandResult unknown = run_command(
+      {test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--propose", "oracle"});
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.output.find("no proposer named oracle"), std::string::npos) << unknown.output;
+}
+
+}  // namespace
+}  // namespace kforge

@@ -113,12 +113,14 @@ TEST(TaskJournal, ResumesFromEveryStepAKillCanInterrupt) {
   const fs::path a = new_task("interrupted");
   {
     TaskJournal j = TaskJournal::open(a / "task", a / "start.cpp");
-    j.begin("v1\n");
+    j.begin("v1\n", "scripted", "unroll by 2");
   }
   {
     TaskJournal j = TaskJournal::open(a / "task");
     ASSERT_TRUE(j.interrupted());
     EXPECT_EQ(read_text(*j.interrupted()), "v1\n");
+    EXPECT_EQ(j.interrupted_origin().proposer, "scripted");  // kept for the resume's record
+    EXPECT_EQ(j.interrupted_origin().note, "unroll by 2");
     EXPECT_THROW(j.begin("v2\n"), Error);
     j.finish(outcome(true, "again"));
     EXPECT_FALSE(j.interrupted());
