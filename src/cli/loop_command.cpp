@@ -30,7 +30,8 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
                   "Run experiments from a proposer on the task until it has no more or a "
                   "move-on rule fires: " +
                       fmt::format("{}", fmt::join(proposer_names(), ", ")) +
-                      " (e.g. scripted:DIR, DIR's files in name order)");
+                      " (scripted:DIR, DIR's files in name order; tuner[:STRATEGY], the file's "
+                      "tunables searched)");
   cmd->add_option("--max-reverts", flags.rules.max_consecutive_reverts,
                   "Move on after this many experiments in a row not kept (0: never)")
       ->capture_default_str();
@@ -139,6 +140,7 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
     Compiler compiler;
     Checker checker(compiler, worker);
     const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
+    const DeviceInfo device_info = worker.device();
     EvaluationOptions options;
     options.settings.max_seconds = flags.max_seconds;
     const auto run = [&](Task& t, const fs::path& proposal, const std::string& note,
@@ -201,7 +203,9 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
           break;
         }
         const std::string current = read_text_file(target.journal.kernel_path());
-        const auto proposal = proposer->next({target.task, current, target.journal.records()});
+        const fs::path kernel = target.journal.kernel_path();
+        const auto proposal =
+            proposer->next({target.task, device_info, kernel, current, target.journal.records()});
         if (!proposal) {
           fmt::print("[{}] moving on: the {} proposer has no more proposals\n",
                      target.dir.filename().string(), proposer->name());

@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
+#include <regex>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "tune/strategy.h"
+#include "tune/tuner.h"
 
 namespace kforge {
 namespace {
@@ -49,11 +53,100 @@ class ScriptedProposer final : public Proposer {
   std::vector<fs::path> files_;
 };
 
+// The file's text with each tunable's default set to `values` (its `param:` header line).
+std::string with_defaults(const std::string& source, const KernelFile& file,
+                          const ParamValues& values) {
+  std::vector<std::string> lines;
+  size_t begin = 0;
+  while (begin <= source.size()) {
+    const size_t end = source.find('\n', begin);
+    lines.push_back(
+        source.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  for (const TunableParam& param : file.params) {
+    std::string& line = lines.at(static_cast<size_t>(param.line - 1));
+    const std::regex pattern("\\b" + param.name + "\\s*=\\s*(\\S+)\\s+in\\b");
+    std::smatch m;
+    if (!std::regex_search(line, m, pattern))
+      throw Error(fmt::format("line {}: no default for {} to set", param.line, param.name));
+    line.replace(static_cast<size_t>(m.position(1)), static_cast<size_t>(m.length(1)),
+                 std::to_string(values.at(param.name)));
+  }
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i)
+    out += lines[i] + (i + 1 < lines.size() ? "\n" : "");
+  return out;
+}
+
+// The search of `kforge tune` over the task's file, asked for one point at a time. Its path is
+// a function of its seed and the costs it is told, so a later run replays the journal's tuner
+// experiments through it (same proposals, same costs) and goes on where it stopped.
+class TunerProposer final : public Proposer {
+ public:
+  explicit TunerProposer(std::string strategy)
+      : strategy_name_(strategy.empty() ? "local" : std::move(strategy)) {}
+
+  std::string_view name() const override { return "tuner"; }
+
+  std::optional<Proposal> next(const ProposalContext& context) override {
+    if (!strategy_) start(context);
+    // The previous proposal's outcome is the journal's last tuner experiment.
+    if (pending_) {
+      const auto last =
+          std::find_if(context.history.rbegin(), context.history.rend(),
+                       [](const ExperimentRecord& r) { return r.proposer == "tuner"; });
+      strategy_->observe(*pending_, last != context.history.rend() ? cost(*last) : kFailed);
+      pending_.reset();
+    }
+    const std::optional<PointId> point = strategy_->propose();
+    if (!point) return std::nullopt;
+    pending_ = point;
+    const ParamValues values = space_->values(*point);
+    std::string note = "tuner:";
+    for (const auto& [name, value] : values)
+      note += fmt::format(" {}={}", name, value);
+    return Proposal{with_defaults(context.current, *file_, values), note};
+  }
+
+ private:
+  static constexpr double kFailed = std::numeric_limits<double>::infinity();
+
+  static double cost(const ExperimentRecord& r) {
+    return (r.verdict == "KEEP" || r.verdict == "REVERT") && r.time_us > 0 ? r.time_us : kFailed;
+  }
+
+  void start(const ProposalContext& context) {
+    file_ = std::make_unique<KernelFile>(KernelFile::parse(context.current, context.kernel_path));
+    if (file_->params.empty())
+      throw UsageError(fmt::format("tuner: {} has no tunables", context.kernel_path.string()));
+    const TuneProblem problem{context.task.op, context.task.sizes, context.task.dtype};
+    space_ = std::make_unique<SearchSpace>(
+        SearchSpace::solve({file_.get()}, tune_context(context.device, problem), context.device));
+    strategy_ = make_strategy(strategy_name_, *space_, kSeed);
+    for (const ExperimentRecord& r : context.history) {
+      if (r.proposer != "tuner") continue;
+      const std::optional<PointId> point = strategy_->propose();
+      if (!point) break;
+      strategy_->observe(*point, cost(r));
+    }
+  }
+
+  static constexpr uint64_t kSeed = 1;
+  std::string strategy_name_;
+  std::unique_ptr<KernelFile> file_;
+  std::unique_ptr<SearchSpace> space_;
+  std::unique_ptr<Strategy> strategy_;
+  std::optional<PointId> pending_;
+};
+
 using Factory = std::function<std::unique_ptr<Proposer>(const std::string& argument)>;
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
       {"scripted", [](const std::string& a) { return std::make_unique<ScriptedProposer>(a); }},
+      {"tuner", [](const std::string& a) { return std::make_unique<TunerProposer>(a); }},
   };
   return r;
 }

@@ -3,17 +3,23 @@
 //
 //   scripted:DIR   DIR's files in name order, one experiment each: a fixed sequence of edits
 //                  (the note is FILE.note's first line when there is one, else the file's name)
+//   tuner[:S]      the template search of the task's file as a proposer: search strategy S
+//                  (default local, as `kforge tune`) over the file's tunables, each point it
+//                  proposes an experiment (the file with those defaults), its cost the
+//                  experiment's time
 //
 // A proposer sees the task, its kernel file as it is now (the best so far) and every finished
 // experiment; it returns the next version of the file, or nothing when it has no more.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "device/backend.h"
 #include "loop/experiment.h"
 #include "loop/journal.h"
 
@@ -21,6 +27,8 @@ namespace kforge {
 
 struct ProposalContext {
   const LoopTask& task;
+  const DeviceInfo& device;
+  const std::filesystem::path& kernel_path;      // the task's kernel file (its name, backend)
   const std::string& current;                    // the task's kernel file now (its best)
   const std::vector<ExperimentRecord>& history;  // finished experiments, oldest first
 };

@@ -136,3 +136,49 @@ TEST(LoopCli, ScriptedProposerRunsItsEditsUntilAMoveOnRule) {
 
 }  // namespace
 }  // namespace kforge
+
+namespace kforge {
+namespace {
+namespace fs = std::filesystem;
+
+// `--propose tuner:exhaustive`: every point of the file's tunables is an experiment (the file
+// with those defaults); the kept file's defaults are the best point's; a later run replays the
+// journal through the search and has nothing left to propose.
+TEST(LoopCli, TunerProposerSearchesTheFilesTunables) {
+  const fs::path ws = test::temp_dir("loop-tuner");
+  const fs::path task = ws / "task-01-rmsnorm";
+  fs::create_directories(task);
+  std::ofstream(task / "task.json") << R"({"op": "rmsnorm", "shape": "256x512", "dtype": "f32"})";
+  const auto loop = [&] {
+    return run_command(
+        {test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--max-seconds", "0.2",
+         "--propose", "tuner:exhaustive", "--max-reverts", "0", "--target-speedup", "0"},
+        std::chrono::minutes(5));
+  };
+  const CommandResult first = loop();
+  ASSERT_TRUE(first.ok()) << first.output;
+  EXPECT_NE(first.output.find("the tuner proposer has no more proposals"), std::string::npos)
+      << first.output;
+
+  TaskJournal journal = TaskJournal::open(task);
+  ASSERT_EQ(journal.records().size(), 4u);  // UNROLL in {1, 2, 4, 8}
+  std::string kept_unroll = "4";            // the starter's default
+  for (size_t i = 0; i < 4; ++i) {
+    const ExperimentRecord& r = journal.records()[i];
+    const std::string unroll = std::to_string(1 << i);
+    EXPECT_EQ(r.note, "tuner: UNROLL=" + unroll);
+    EXPECT_EQ(r.proposer, "tuner");
+    EXPECT_TRUE(r.verdict == "KEEP" || r.verdict == "REVERT") << r.verdict;
+    if (r.kept) kept_unroll = unroll;
+  }
+  EXPECT_NE(test::read_text(journal.kernel_path()).find("param: UNROLL = " + kept_unroll + " in"),
+            std::string::npos);
+
+  const CommandResult again = loop();
+  ASSERT_TRUE(again.ok()) << again.output;
+  EXPECT_EQ(again.output.find("#5"), std::string::npos) << again.output;
+  EXPECT_EQ(TaskJournal::open(task).records().size(), 4u);
+}
+
+}  // namespace
+}  // namespace kforge
