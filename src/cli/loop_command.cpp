@@ -41,6 +41,12 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
   cmd->add_option("--task-seconds", flags.rules.budget_seconds,
                   "Move on after this much wall time on the task in this run (0: no budget)")
       ->capture_default_str();
+  cmd->add_option("--roofline", flags.rules.roofline_fraction,
+                  "Move on once the best reaches this share of its roofline bound (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--seconds", flags.total_seconds,
+                  "With --propose and no --task: a wall-time budget for all tasks, spread by the "
+                  "share of the run each could save (overrides --task-seconds)");
   cmd->add_option("--max-seconds", flags.max_seconds, "Timing cap per kernel and experiment")
       ->capture_default_str();
   cmd->add_option("--json", flags.json_path, "Write the workspace's state as JSON ('-': stdout)");
@@ -90,6 +96,30 @@ double best_us(const TaskJournal& journal) {
   return start_us(journal);
 }
 
+// The best's share of its roofline bound, from the last timing of it (0: not timed yet).
+double best_roofline(const TaskJournal& journal) {
+  for (auto r = journal.records().rbegin(); r != journal.records().rend(); ++r) {
+    const char* timing = r->kept ? "proposal" : "best";
+    if (r->fields.contains(timing)) return r->fields.at(timing).value("roofline_fraction", 0.0);
+  }
+  return 0;
+}
+
+// The plan's figures for a task (task.json from `kforge plan --extract`): its share of the run
+// and the whole-run gain if it reached its roofline bound; 0 and 1 where the file has none.
+struct TaskPlanFigures {
+  double share = 0;
+  double gain = 1;
+};
+
+TaskPlanFigures plan_figures(const fs::path& dir) {
+  const nlohmann::json j = read_json_file(dir / "task.json");
+  const auto number = [&](const char* key, double otherwise) {
+    return j.contains(key) && j.at(key).is_number() ? j.at(key).get<double>() : otherwise;
+  };
+  return {number("share", 0), number("gain", 1)};
+}
+
 nlohmann::json task_state(const fs::path& dir, const TaskJournal& journal) {
   int kept = 0;
   int reverts_in_a_row = 0;
@@ -99,16 +129,21 @@ nlohmann::json task_state(const fs::path& dir, const TaskJournal& journal) {
   }
   const double start = start_us(journal);
   const double best = best_us(journal);
-  return {{"task", dir.filename().string()},
-          {"kernel", journal.kernel_path().string()},
-          {"experiments", journal.records().size()},
-          {"kept", kept},
-          {"reverts_in_a_row", reverts_in_a_row},
-          {"start_us", start},
-          {"best_us", best},
-          {"speedup", start > 0 && best > 0 ? start / best : 1.0},
-          {"interrupted", journal.interrupted().has_value()},
-          {"head", journal.head()}};
+  return {
+      {"task", dir.filename().string()},
+      {"kernel", journal.kernel_path().string()},
+      {"experiments", journal.records().size()},
+      {"kept", kept},
+      {"reverts_in_a_row", reverts_in_a_row},
+      {"start_us", start},
+      {"best_us", best},
+      {"speedup", start > 0 && best > 0 ? start / best : 1.0},
+      {"roofline_fraction", best_roofline(journal)},
+      // The whole run with this task's kernel at its best (Amdahl, the plan's share).
+      {"run_gain",
+       start > 0 && best > 0 ? 1.0 / (1.0 - plan_figures(dir).share * (1.0 - best / start)) : 1.0},
+      {"interrupted", journal.interrupted().has_value()},
+      {"head", journal.head()}};
 }
 
 }  // namespace
@@ -122,17 +157,22 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
     fs::path dir;
     LoopTask task;
     TaskJournal journal;
+    TaskPlanFigures plan;
   };
   std::vector<Task> tasks;
   for (const fs::path& dir : dirs) {
     const LoopTask task = LoopTask::from_json(read_json_file(dir / "task.json"));
     const fs::path starter =
         library_kernels_dir() / starter_kernel(task.op->name(), backend == "cuda");
-    tasks.push_back({dir, task, TaskJournal::open(dir, starter)});
+    tasks.push_back({dir, task, TaskJournal::open(dir, starter), plan_figures(dir)});
   }
 
   std::unique_ptr<Proposer> proposer;
   if (!flags.propose.empty()) proposer = make_proposer(flags.propose);
+  if (proposer && proposer->name() == "scripted" && flags.task.empty() && tasks.size() > 1) {
+    throw UsageError("--propose scripted:DIR holds edits of one kernel file: name its task "
+                     "with --task");
+  }
   if (!flags.submit.empty() || proposer ||
       std::any_of(tasks.begin(), tasks.end(),
                   [](const Task& t) { return t.journal.interrupted().has_value(); })) {
@@ -188,45 +228,71 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
       run(target, saved, flags.note, flags.proposer);
     }
     if (proposer) {
-      Task& target = target_task();
-      const auto began = std::chrono::steady_clock::now();
-      for (;;) {
-        const double start = start_us(target.journal);
-        const double best = best_us(target.journal);
-        const double elapsed =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-        const std::string reason =
-            move_on_reason(flags.rules, target.journal.records(),
-                           start > 0 && best > 0 ? start / best : 1.0, elapsed);
-        if (!reason.empty()) {
-          fmt::print("[{}] moving on: {}\n", target.dir.filename().string(), reason);
-          break;
+      // One task (--task), or every task in the order of the plan's whole-run gain, each until
+      // a move-on rule fires; a --seconds budget is spread by the share of the run each task
+      // could save.
+      std::vector<Task*> order;
+      if (!flags.task.empty()) {
+        order.push_back(&target_task());
+      } else {
+        for (Task& t : tasks)
+          order.push_back(&t);
+        std::stable_sort(order.begin(), order.end(),
+                         [](const Task* a, const Task* b) { return a->plan.gain > b->plan.gain; });
+      }
+      const auto could_save = [](const Task* t) { return std::max(0.0, 1.0 - 1.0 / t->plan.gain); };
+      double total_weight = 0;
+      for (const Task* t : order)
+        total_weight += could_save(t);
+      for (Task* t : order) {
+        MoveOnRules rules = flags.rules;
+        if (flags.total_seconds > 0) {
+          rules.budget_seconds =
+              flags.total_seconds * (total_weight > 0 ? could_save(t) / total_weight
+                                                      : 1.0 / static_cast<double>(order.size()));
         }
-        const std::string current = read_text_file(target.journal.kernel_path());
-        const fs::path kernel = target.journal.kernel_path();
-        const auto proposal =
-            proposer->next({target.task, device_info, kernel, current, target.journal.records()});
-        if (!proposal) {
-          fmt::print("[{}] moving on: the {} proposer has no more proposals\n",
-                     target.dir.filename().string(), proposer->name());
-          break;
+        Task& target = *t;
+        const auto began = std::chrono::steady_clock::now();
+        for (;;) {
+          const double start = start_us(target.journal);
+          const double best = best_us(target.journal);
+          const double elapsed =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+          const std::string reason = move_on_reason(rules, target.journal.records(),
+                                                    start > 0 && best > 0 ? start / best : 1.0,
+                                                    best_roofline(target.journal), elapsed);
+          if (!reason.empty()) {
+            fmt::print("[{}] moving on: {}\n", target.dir.filename().string(), reason);
+            break;
+          }
+          const std::string current = read_text_file(target.journal.kernel_path());
+          const fs::path kernel = target.journal.kernel_path();
+          const auto proposal =
+              proposer->next({target.task, device_info, kernel, current, target.journal.records()});
+          if (!proposal) {
+            fmt::print("[{}] moving on: the {} proposer has no more proposals\n",
+                       target.dir.filename().string(), proposer->name());
+            break;
+          }
+          const fs::path saved =
+              target.journal.begin(proposal->source, std::string(proposer->name()), proposal->note);
+          run(target, saved, proposal->note, std::string(proposer->name()));
         }
-        const fs::path saved =
-            target.journal.begin(proposal->source, std::string(proposer->name()), proposal->note);
-        run(target, saved, proposal->note, std::string(proposer->name()));
+        proposer = make_proposer(flags.propose);  // a fresh search for the next task
       }
     }
   }
 
   nlohmann::json state = nlohmann::json::array();
-  fmt::print("{:<36} {:>5} {:>5} {:>10} {:>10} {:>8}\n", "task", "exps", "kept", "start us",
-             "best us", "speedup");
+  fmt::print("{:<36} {:>5} {:>5} {:>10} {:>10} {:>8} {:>9} {:>9}\n", "task", "exps", "kept",
+             "start us", "best us", "speedup", "roofline", "run gain");
   for (const Task& t : tasks) {
     const nlohmann::json s = task_state(t.dir, t.journal);
     state.push_back(s);
-    fmt::print("{:<36} {:>5} {:>5} {:>10.2f} {:>10.2f} {:>7.3f}x\n", s["task"].get<std::string>(),
-               s["experiments"].get<size_t>(), s["kept"].get<int>(), s["start_us"].get<double>(),
-               s["best_us"].get<double>(), s["speedup"].get<double>());
+    fmt::print("{:<36} {:>5} {:>5} {:>10.2f} {:>10.2f} {:>7.3f}x {:>8.0f}% {:>8.3f}x\n",
+               s["task"].get<std::string>(), s["experiments"].get<size_t>(), s["kept"].get<int>(),
+               s["start_us"].get<double>(), s["best_us"].get<double>(), s["speedup"].get<double>(),
+               100 * s["roofline_fraction"].get<double>(), s["run_gain"].get<double>());
   }
   if (!flags.json_path.empty()) write_json(state, flags.json_path);
   return 0;

@@ -6,6 +6,8 @@
 //   kforge loop DIR --submit FILE --task T --note "…"  one experiment: check, time, keep or revert
 //   kforge loop DIR --propose scripted:EDITS --task T  experiments from a proposer until it has
 //                                                      no more or a move-on rule fires
+//   kforge loop DIR --propose tuner --seconds 600      every task, in the order of the plan's
+//                                                      whole-run gain, the budget spread by it
 //
 // An experiment a killed run left is evaluated again before anything new.
 #pragma once
@@ -28,6 +30,7 @@ struct LoopFlags {
   std::string proposer = "agent";
   std::string propose;  // a proposer spec (src/loop/proposer.h), e.g. scripted:DIR
   MoveOnRules rules;
+  double total_seconds = 0;  // with --propose over every task: spread by expected gain
   double max_seconds = 1.0;  // timing cap per kernel per experiment
   std::string json_path;
 };

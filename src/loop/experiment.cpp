@@ -1,6 +1,8 @@
 #include "loop/experiment.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -30,7 +32,14 @@ LoopTask LoopTask::from_json(const nlohmann::json& task) {
 namespace {
 
 nlohmann::json timing_json(const BenchResult& r) {
+  // The share of the roofline bound reached: the bound is set by whichever of memory and
+  // compute takes longer at the ceilings, so it is the larger of the two fractions.
+  double roofline = 0;
+  for (const double pct : {r.pct_of_copy, r.pct_of_matmul}) {
+    if (std::isfinite(pct)) roofline = std::max(roofline, pct / 100.0);
+  }
   return {{"median_us", r.stats.median * 1e3},
+          {"roofline_fraction", roofline},
           {"p10_us", r.stats.p10 * 1e3},
           {"p90_us", r.stats.p90 * 1e3},
           {"rel_noise", r.stats.rel_noise},

@@ -173,7 +173,10 @@ std::vector<std::string> proposer_names() {
 }
 
 std::string move_on_reason(const MoveOnRules& rules, const std::vector<ExperimentRecord>& history,
-                           double best_speedup, double elapsed_seconds) {
+                           double best_speedup, double best_roofline, double elapsed_seconds) {
+  if (rules.roofline_fraction > 0 && best_roofline >= rules.roofline_fraction)
+    return fmt::format("the best is at {:.0f}% of its roofline bound (target {:.0f}%)",
+                       100 * best_roofline, 100 * rules.roofline_fraction);
   if (rules.target_speedup > 0 && best_speedup >= rules.target_speedup)
     return fmt::format("the best is {:.2f}x the start (target {:.2f}x)", best_speedup,
                        rules.target_speedup);

@@ -54,11 +54,13 @@ std::vector<std::string> proposer_names();
 struct MoveOnRules {
   int max_consecutive_reverts = 5;  // experiments in a row not kept (any verdict but KEEP)
   double target_speedup = 2.0;      // the best against the start
+  double roofline_fraction = 0.9;   // the best's share of the roofline bound (timing_json)
   double budget_seconds = 0;        // the task's wall time in this run (0: none)
 };
 
 // Why the loop should leave the task now ("5 experiments in a row not kept", ...), or empty.
+// `best_roofline`: the best's share of its roofline bound (0: unknown).
 std::string move_on_reason(const MoveOnRules& rules, const std::vector<ExperimentRecord>& history,
-                           double best_speedup, double elapsed_seconds);
+                           double best_speedup, double best_roofline, double elapsed_seconds);
 
 }  // namespace kforge

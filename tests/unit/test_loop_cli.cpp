@@ -6,6 +6,7 @@
 
 #include "core/process.h"
 #include "loop/journal.h"
+#include "loop/proposer.h"
 #include "test_support.h"
 
 namespace kforge {
@@ -178,6 +179,74 @@ TEST(LoopCli, TunerProposerSearchesTheFilesTunables) {
   ASSERT_TRUE(again.ok()) << again.output;
   EXPECT_EQ(again.output.find("#5"), std::string::npos) << again.output;
   EXPECT_EQ(TaskJournal::open(task).records().size(), 4u);
+}
+
+}  // namespace
+}  // namespace kforge
+
+namespace kforge {
+namespace {
+namespace fs = std::filesystem;
+
+ExperimentRecord outcome(bool kept) {
+  ExperimentRecord r;
+  r.kept = kept;
+  r.verdict = kept ? "KEEP" : "REVERT";
+  return r;
+}
+
+TEST(MoveOnRules, EachRuleFiresAtItsThresholdAndZeroTurnsItOff) {
+  MoveOnRules rules;  // 5 reverts, 2x, 90% of the roofline, no time budget
+  std::vector<ExperimentRecord> history = {outcome(true), outcome(false), outcome(false),
+                                           outcome(false), outcome(false)};
+  EXPECT_EQ(move_on_reason(rules, history, 1.5, 0.5, 100), "");
+  history.push_back(outcome(false));
+  EXPECT_EQ(move_on_reason(rules, history, 1.5, 0.5, 100), "5 experiments in a row not kept");
+  history.push_back(outcome(true));
+  EXPECT_EQ(move_on_reason(rules, history, 1.5, 0.5, 100), "");
+  EXPECT_NE(move_on_reason(rules, history, 2.0, 0.5, 100).find("2.00x the start"),
+            std::string::npos);
+  EXPECT_NE(move_on_reason(rules, history, 1.5, 0.9, 100).find("90% of its roofline bound"),
+            std::string::npos);
+  rules.budget_seconds = 60;
+  EXPECT_NE(move_on_reason(rules, history, 1.5, 0.5, 60).find("time budget (60 s)"),
+            std::string::npos);
+  rules = {0, 0, 0, 0};
+  history.assign(20, outcome(false));
+  EXPECT_EQ(move_on_reason(rules, history, 9.0, 1.0, 1e9), "");
+}
+
+// With no --task, every task in the order of the plan's whole-run gain: here each moves on after
+// its first timed experiment (any share of the roofline reaches --roofline 0.0001).
+TEST(LoopCli, ProposerRunsEveryTaskInTheOrderOfItsGain) {
+  const fs::path ws = test::temp_dir("loop-order");
+  for (const auto& [folder, text] :
+       {std::pair{"task-01-rmsnorm",
+                  R"({"op": "rmsnorm", "shape": "64x256", "dtype": "f32", "gain": 1.1})"},
+        std::pair{"task-02-softmax",
+                  R"({"op": "softmax", "shape": "64x256", "dtype": "f32", "gain": 1.6})"}}) {
+    fs::create_directories(ws / folder);
+    std::ofstream(ws / folder / "task.json") << text;
+  }
+  const CommandResult r =
+      run_command({test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--max-seconds",
+                   "0.1", "--propose", "tuner", "--roofline", "0.0001"},
+                  std::chrono::minutes(5));
+  ASSERT_TRUE(r.ok()) << r.output;
+  const size_t softmax = r.output.find("[task-02-softmax] #1");
+  const size_t rmsnorm = r.output.find("[task-01-rmsnorm] #1");
+  ASSERT_NE(softmax, std::string::npos) << r.output;
+  ASSERT_NE(rmsnorm, std::string::npos) << r.output;
+  EXPECT_LT(softmax, rmsnorm) << r.output;
+  EXPECT_EQ(r.output.find("#2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("moving on: the best is at"), std::string::npos) << r.output;
+
+  const CommandResult scripted =
+      run_command({test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--propose",
+                   "scripted:" + (ws / "task-01-rmsnorm").string()});
+  EXPECT_FALSE(scripted.ok());
+  EXPECT_NE(scripted.output.find("name its task with --task"), std::string::npos)
+      << scripted.output;
 }
 
 }  // namespace
