@@ -1,5 +1,11 @@
 #include "cli/loop_command.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -49,6 +55,9 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
                   "share of the run each could save (overrides --task-seconds)");
   cmd->add_option("--max-seconds", flags.max_seconds, "Timing cap per kernel and experiment")
       ->capture_default_str();
+  cmd->add_flag("--status", flags.status,
+                "Only show the workspace's state: read only, safe beside a running loop (which "
+                "task is under way, each task's last experiment)");
   cmd->add_option("--json", flags.json_path, "Write the workspace's state as JSON ('-': stdout)");
   add_device_flags(cmd, device);
   return cmd;
@@ -81,24 +90,24 @@ std::string first_line(const std::string& text) {
 }
 
 // The start's time, as timed beside the first experiment that was timed (0: none yet).
-double start_us(const TaskJournal& journal) {
-  for (const auto& r : journal.records()) {
+double start_us(const std::vector<ExperimentRecord>& records) {
+  for (const auto& r : records) {
     if (r.fields.contains("best")) return r.fields.at("best").value("median_us", 0.0);
   }
   return 0;
 }
 
 // The best time so far: the last kept experiment's, else the start's.
-double best_us(const TaskJournal& journal) {
-  for (auto r = journal.records().rbegin(); r != journal.records().rend(); ++r) {
+double best_us(const std::vector<ExperimentRecord>& records) {
+  for (auto r = records.rbegin(); r != records.rend(); ++r) {
     if (r->kept) return r->time_us;
   }
-  return start_us(journal);
+  return start_us(records);
 }
 
 // The best's share of its roofline bound, from the last timing of it (0: not timed yet).
-double best_roofline(const TaskJournal& journal) {
-  for (auto r = journal.records().rbegin(); r != journal.records().rend(); ++r) {
+double best_roofline(const std::vector<ExperimentRecord>& records) {
+  for (auto r = records.rbegin(); r != records.rend(); ++r) {
     const char* timing = r->kept ? "proposal" : "best";
     if (r->fields.contains(timing)) return r->fields.at(timing).value("roofline_fraction", 0.0);
   }
@@ -120,36 +129,120 @@ TaskPlanFigures plan_figures(const fs::path& dir) {
   return {number("share", 0), number("gain", 1)};
 }
 
-nlohmann::json task_state(const fs::path& dir, const TaskJournal& journal) {
+nlohmann::json task_state(const fs::path& dir, const std::vector<ExperimentRecord>& records) {
   int kept = 0;
   int reverts_in_a_row = 0;
-  for (const auto& r : journal.records()) {
+  for (const auto& r : records) {
     kept += r.kept;
     reverts_in_a_row = r.kept ? 0 : reverts_in_a_row + 1;
   }
-  const double start = start_us(journal);
-  const double best = best_us(journal);
+  const double start = start_us(records);
+  const double best = best_us(records);
   return {
       {"task", dir.filename().string()},
-      {"kernel", journal.kernel_path().string()},
-      {"experiments", journal.records().size()},
+      {"experiments", records.size()},
       {"kept", kept},
       {"reverts_in_a_row", reverts_in_a_row},
       {"start_us", start},
       {"best_us", best},
       {"speedup", start > 0 && best > 0 ? start / best : 1.0},
-      {"roofline_fraction", best_roofline(journal)},
+      {"roofline_fraction", best_roofline(records)},
       // The whole run with this task's kernel at its best (Amdahl, the plan's share).
       {"run_gain",
-       start > 0 && best > 0 ? 1.0 / (1.0 - plan_figures(dir).share * (1.0 - best / start)) : 1.0},
-      {"interrupted", journal.interrupted().has_value()},
-      {"head", journal.head()}};
+       start > 0 && best > 0 ? 1.0 / (1.0 - plan_figures(dir).share * (1.0 - best / start)) : 1.0}};
+}
+
+void print_states(const nlohmann::json& states) {
+  fmt::print("{:<36} {:>5} {:>5} {:>10} {:>10} {:>8} {:>9} {:>9}\n", "task", "exps", "kept",
+             "start us", "best us", "speedup", "roofline", "run gain");
+  for (const nlohmann::json& s : states) {
+    fmt::print("{:<36} {:>5} {:>5} {:>10.2f} {:>10.2f} {:>7.3f}x {:>8.0f}% {:>8.3f}x\n",
+               s["task"].get<std::string>(), s["experiments"].get<size_t>(), s["kept"].get<int>(),
+               s["start_us"].get<double>(), s["best_us"].get<double>(), s["speedup"].get<double>(),
+               100 * s["roofline_fraction"].get<double>(), s["run_gain"].get<double>());
+  }
+}
+
+// One `kforge loop` per workspace at a time: an advisory lock on WORKSPACE/.loop.lock, held
+// until the process ends (a killed loop's lock goes with it), with its pid inside for --status.
+class WorkspaceLock {
+ public:
+  explicit WorkspaceLock(const fs::path& workspace) : path_(workspace / ".loop.lock") {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw Error(fmt::format("cannot open {}: {}", path_.string(), std::strerror(errno)));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw UsageError(
+          fmt::format("another kforge loop is working on {} (pid {}); "
+                      "`kforge loop {} --status` shows its progress",
+                      workspace.string(), holder(path_), workspace.string()));
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+      // The pid is only for --status; the lock itself holds.
+    }
+  }
+  ~WorkspaceLock() { ::close(fd_); }
+  WorkspaceLock(const WorkspaceLock&) = delete;
+  WorkspaceLock& operator=(const WorkspaceLock&) = delete;
+
+  // The pid of the loop holding the lock, or empty when none does.
+  static std::string holder(const fs::path& lock_path) {
+    const int fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "";
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+    ::close(fd);
+    if (!held) return "";
+    std::string pid = read_text_file(lock_path);
+    return pid.substr(0, pid.find('\n'));
+  }
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+};
+
+// `--status`: read only, safe beside a running loop.
+int print_status(const LoopFlags& flags, const std::vector<fs::path>& dirs) {
+  const std::string pid = WorkspaceLock::holder(fs::path(flags.workspace) / ".loop.lock");
+  fmt::print("{}: {}\n", flags.workspace,
+             pid.empty() ? "no loop running" : fmt::format("a loop is running (pid {})", pid));
+  nlohmann::json states = nlohmann::json::array();
+  for (const fs::path& dir : dirs) {
+    const std::vector<ExperimentRecord> records = read_finished_experiments(dir);
+    nlohmann::json state = task_state(dir, records);
+    if (!records.empty()) {
+      const ExperimentRecord& last = records.back();
+      state["last"] = fmt::format("#{} {} {}", last.number, last.verdict, first_line(last.note));
+    }
+    if (const auto pending = read_experiment_under_way(dir)) {
+      state["under_way"] = fmt::format(
+          "#{} ({}{}{})", pending->value("experiment", 0), pending->value("proposer", ""),
+          pending->value("note", "").empty() ? "" : ": ", first_line(pending->value("note", "")));
+    }
+    states.push_back(state);
+  }
+  print_states(states);
+  for (const nlohmann::json& s : states) {
+    if (s.contains("last"))
+      fmt::print("{}: last {}\n", s["task"].get<std::string>(), s["last"].get<std::string>());
+    if (s.contains("under_way")) {
+      fmt::print("{}: {} {}\n", s["task"].get<std::string>(),
+                 pid.empty() ? "interrupted (evaluated again by the next loop):" : "under way:",
+                 s["under_way"].get<std::string>());
+    }
+  }
+  if (!flags.json_path.empty()) write_json(states, flags.json_path);
+  return 0;
 }
 
 }  // namespace
 
 int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   const std::vector<fs::path> dirs = task_dirs(flags.workspace);
+  if (flags.status) return print_status(flags, dirs);
+  const WorkspaceLock lock(flags.workspace);
   const std::string backend = pick_backend(device, nullptr);
 
   // Every task and its journal, the repository started from the op's starter for this backend.
@@ -170,8 +263,9 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   std::unique_ptr<Proposer> proposer;
   if (!flags.propose.empty()) proposer = make_proposer(flags.propose);
   if (proposer && proposer->name() == "scripted" && flags.task.empty() && tasks.size() > 1) {
-    throw UsageError("--propose scripted:DIR holds edits of one kernel file: name its task "
-                     "with --task");
+    throw UsageError(
+        "--propose scripted:DIR holds edits of one kernel file: name its task "
+        "with --task");
   }
   if (!flags.submit.empty() || proposer ||
       std::any_of(tasks.begin(), tasks.end(),
@@ -190,12 +284,12 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
       r.proposer = proposed_by;
       r.note = note;
       // The first timed experiment times the start beside it.
-      double start = start_us(t.journal);
+      double start = start_us(t.journal.records());
       if (start == 0)
         start = r.fields.value("best", nlohmann::json::object()).value("median_us", 0.0);
       if (r.time_us > 0 && start > 0) r.speedup = start / r.time_us;
       const ExperimentRecord logged = t.journal.finish(r);
-      const double best = best_us(t.journal);
+      const double best = best_us(t.journal.records());
       fmt::print("[{}] #{} {:<13} {} (best {:.2f} us, {:.3f}x the start) {}\n",
                  t.dir.filename().string(), logged.number, logged.verdict,
                  logged.time_us > 0 ? fmt::format("{:.2f} us", logged.time_us) : "not timed", best,
@@ -254,13 +348,13 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
         Task& target = *t;
         const auto began = std::chrono::steady_clock::now();
         for (;;) {
-          const double start = start_us(target.journal);
-          const double best = best_us(target.journal);
+          const double start = start_us(target.journal.records());
+          const double best = best_us(target.journal.records());
           const double elapsed =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-          const std::string reason = move_on_reason(rules, target.journal.records(),
-                                                    start > 0 && best > 0 ? start / best : 1.0,
-                                                    best_roofline(target.journal), elapsed);
+          const std::string reason = move_on_reason(
+              rules, target.journal.records(), start > 0 && best > 0 ? start / best : 1.0,
+              best_roofline(target.journal.records()), elapsed);
           if (!reason.empty()) {
             fmt::print("[{}] moving on: {}\n", target.dir.filename().string(), reason);
             break;
@@ -284,16 +378,14 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   }
 
   nlohmann::json state = nlohmann::json::array();
-  fmt::print("{:<36} {:>5} {:>5} {:>10} {:>10} {:>8} {:>9} {:>9}\n", "task", "exps", "kept",
-             "start us", "best us", "speedup", "roofline", "run gain");
   for (const Task& t : tasks) {
-    const nlohmann::json s = task_state(t.dir, t.journal);
+    nlohmann::json s = task_state(t.dir, t.journal.records());
+    s["kernel"] = t.journal.kernel_path().string();
+    s["interrupted"] = t.journal.interrupted().has_value();
+    s["head"] = t.journal.head();
     state.push_back(s);
-    fmt::print("{:<36} {:>5} {:>5} {:>10.2f} {:>10.2f} {:>7.3f}x {:>8.0f}% {:>8.3f}x\n",
-               s["task"].get<std::string>(), s["experiments"].get<size_t>(), s["kept"].get<int>(),
-               s["start_us"].get<double>(), s["best_us"].get<double>(), s["speedup"].get<double>(),
-               100 * s["roofline_fraction"].get<double>(), s["run_gain"].get<double>());
   }
+  print_states(state);
   if (!flags.json_path.empty()) write_json(state, flags.json_path);
   return 0;
 }

@@ -3,6 +3,7 @@
 // from the op's starter kernel for the backend. Today a person or an external agent drives it:
 //
 //   kforge loop DIR                                    every task: experiments, kept, best, state
+//   kforge loop DIR --status                           the same, read only, beside a running loop
 //   kforge loop DIR --submit FILE --task T --note "…"  one experiment: check, time, keep or revert
 //   kforge loop DIR --propose scripted:EDITS --task T  experiments from a proposer until it has
 //                                                      no more or a move-on rule fires
@@ -33,6 +34,7 @@ struct LoopFlags {
   double total_seconds = 0;  // with --propose over every task: spread by expected gain
   double max_seconds = 1.0;  // timing cap per kernel per experiment
   std::string json_path;
+  bool status = false;  // read-only state, beside a running loop
 };
 
 CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device);

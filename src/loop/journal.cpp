@@ -214,6 +214,32 @@ fs::path TaskJournal::begin(const std::string& proposal, const std::string& prop
   return path;
 }
 
+std::vector<ExperimentRecord> read_finished_experiments(const fs::path& task_dir) {
+  std::vector<ExperimentRecord> records;
+  const fs::path log = task_dir / "experiments.jsonl";
+  if (!fs::exists(log)) return records;
+  const std::string text = read_text_file(log);
+  size_t begin = 0;
+  for (size_t end = text.find('\n'); end != std::string::npos; end = text.find('\n', begin)) {
+    if (end > begin) {
+      records.push_back(
+          ExperimentRecord::from_json(nlohmann::json::parse(text.substr(begin, end - begin))));
+    }
+    begin = end + 1;
+  }
+  return records;
+}
+
+std::optional<nlohmann::json> read_experiment_under_way(const fs::path& task_dir) {
+  const fs::path pending = task_dir / "pending.json";
+  if (!fs::exists(pending)) return std::nullopt;
+  try {
+    return read_json_file(pending);
+  } catch (const std::exception&) {
+    return std::nullopt;  // removed between the two calls: nothing is under way any more
+  }
+}
+
 ExperimentRecord TaskJournal::finish(ExperimentRecord record) {
   if (!fs::exists(pending_path())) throw Error("no experiment is under way");
   record.number = read_json_file(pending_path()).at("experiment").get<int>();

@@ -46,6 +46,12 @@ struct ExperimentRecord {
 inline constexpr const char* kResultsColumns[] = {
     "experiment", "commit", "status", "latency_us", "speedup", "proposer", "description"};
 
+// Read-only views of a task folder, safe while a loop works on it (they change nothing, unlike
+// TaskJournal::open, which completes what a killed process left): the finished experiments (a
+// line still being written is left out), and the experiment under way (its pending.json), if any.
+std::vector<ExperimentRecord> read_finished_experiments(const std::filesystem::path& task_dir);
+std::optional<nlohmann::json> read_experiment_under_way(const std::filesystem::path& task_dir);
+
 class TaskJournal {
  public:
   // Opens TASK, creating repo/ with `kernel_file` as its first commit when there is none yet

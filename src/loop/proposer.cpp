@@ -104,9 +104,9 @@ class TunerProposer final : public Proposer {
     if (!point) return std::nullopt;
     pending_ = point;
     const ParamValues values = space_->values(*point);
-    std::string note = "tuner:";
+    std::string note;
     for (const auto& [name, value] : values)
-      note += fmt::format(" {}={}", name, value);
+      note += fmt::format("{}{}={}", note.empty() ? "" : " ", name, value);
     return Proposal{with_defaults(context.current, *file_, values), note};
   }
 

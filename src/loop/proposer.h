@@ -5,7 +5,8 @@
 //                  (the note is FILE.note's first line when there is one, else the file's name)
 //   tuner[:S]      the template search of the task's file as a proposer: search strategy S
 //                  (default local, as `kforge tune`) over the file's tunables, each point it
-//                  proposes an experiment (the file with those defaults), its cost the
+//                  proposes an experiment (the file with those defaults, noted "UNROLL=8
+//                  VEC=4"), its cost the
 //                  experiment's time
 //
 // A proposer sees the task, its kernel file as it is now (the best so far) and every finished

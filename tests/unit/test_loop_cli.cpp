@@ -1,5 +1,9 @@
 // `kforge loop DIR` on the CPU backend, as an external agent or a person drives it: a submitted
 // file is checked and logged, and an experiment a killed run left is evaluated again first.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -54,6 +58,29 @@ TEST(LoopCli, SubmitsAndResumesAnInterruptedExperiment) {
   EXPECT_EQ(journal.records()[0].fields.value("failing_stage", ""), "smoke");
   EXPECT_EQ(test::read_text(journal.kernel_path()),
             test::read_text(fs::path(test::kernels_dir()) / "rmsnorm" / "rmsnorm_cpu.cpp"));
+
+  {  // While another loop holds the workspace: a second loop is refused, --status still reads.
+    const int fd = ::open((ws / ".loop.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    ASSERT_EQ(::pwrite(fd, pid.data(), pid.size(), 0), static_cast<ssize_t>(pid.size()));
+    const CommandResult refused = loop({});
+    EXPECT_FALSE(refused.ok());
+    EXPECT_NE(refused.output.find("another kforge loop is working"), std::string::npos)
+        << refused.output;
+    const CommandResult status =
+        run_command({test::kforge_binary(), "loop", ws.string(), "--status"});
+    ASSERT_TRUE(status.ok()) << status.output;
+    EXPECT_NE(status.output.find("a loop is running (pid " + std::to_string(::getpid()) + ")"),
+              std::string::npos)
+        << status.output;
+    EXPECT_NE(status.output.find("last #2 WRONG"), std::string::npos) << status.output;
+    ::close(fd);
+  }
+  const CommandResult status =
+      run_command({test::kforge_binary(), "loop", ws.string(), "--status"});
+  EXPECT_NE(status.output.find("no loop running"), std::string::npos) << status.output;
 
   const CommandResult no_workspace = run_command({test::kforge_binary(), "loop", "/nonexistent"});
   EXPECT_FALSE(no_workspace.ok());
@@ -167,7 +194,7 @@ TEST(LoopCli, TunerProposerSearchesTheFilesTunables) {
   for (size_t i = 0; i < 4; ++i) {
     const ExperimentRecord& r = journal.records()[i];
     const std::string unroll = std::to_string(1 << i);
-    EXPECT_EQ(r.note, "tuner: UNROLL=" + unroll);
+    EXPECT_EQ(r.note, "UNROLL=" + unroll);
     EXPECT_EQ(r.proposer, "tuner");
     EXPECT_TRUE(r.verdict == "KEEP" || r.verdict == "REVERT") << r.verdict;
     if (r.kept) kept_unroll = unroll;
