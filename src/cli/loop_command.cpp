@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "device/ceilings.h"
+#include "loop/brief.h"
 #include "loop/experiment.h"
 #include "loop/journal.h"
 #include "ops/op_spec.h"
@@ -55,6 +56,10 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
                   "share of the run each could save (overrides --task-seconds)");
   cmd->add_option("--max-seconds", flags.max_seconds, "Timing cap per kernel and experiment")
       ->capture_default_str();
+  cmd->add_flag("--next", flags.next,
+                "Print the brief of the task to work on next (--task, else the largest whole-run "
+                "gain): op, device and ceilings, roofline position, the file to edit, recent "
+                "experiments and their failures, how to submit");
   cmd->add_flag("--status", flags.status,
                 "Only show the workspace's state: read only, safe beside a running loop (which "
                 "task is under way, each task's last experiment)");
@@ -266,6 +271,31 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
     throw UsageError(
         "--propose scripted:DIR holds edits of one kernel file: name its task "
         "with --task");
+  }
+  if (flags.next) {
+    // The agent protocol's first verb: the brief of the task to work on (--task, else the one
+    // with the largest whole-run gain), then `--submit FILE` for each new version.
+    const Task* target = &tasks.front();
+    if (!flags.task.empty()) {
+      const auto it = std::find_if(tasks.begin(), tasks.end(),
+                                   [&](const Task& t) { return t.dir.filename() == flags.task; });
+      if (it == tasks.end())
+        throw UsageError(fmt::format("no task folder {} in {}", flags.task, flags.workspace));
+      target = &*it;
+    } else {
+      for (const Task& t : tasks) {
+        if (t.plan.gain > target->plan.gain) target = &t;
+      }
+    }
+    WorkerClient worker({backend, device.device});
+    const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
+    const std::string name = target->dir.filename().string();
+    fmt::print("{}", task_brief({name, target->task, ceilings, target->journal.kernel_path(),
+                                 target->journal.records(), flags.rules,
+                                 fmt::format("kforge loop {} --task {} --submit FILE --note \"what "
+                                             "changed\" --proposer agent",
+                                             flags.workspace, name)}));
+    return 0;
   }
   if (!flags.submit.empty() || proposer ||
       std::any_of(tasks.begin(), tasks.end(),

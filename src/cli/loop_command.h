@@ -4,6 +4,7 @@
 //
 //   kforge loop DIR                                    every task: experiments, kept, best, state
 //   kforge loop DIR --status                           the same, read only, beside a running loop
+//   kforge loop DIR --next [--task T]                  the brief of the task to work on next
 //   kforge loop DIR --submit FILE --task T --note "…"  one experiment: check, time, keep or revert
 //   kforge loop DIR --propose scripted:EDITS --task T  experiments from a proposer until it has
 //                                                      no more or a move-on rule fires
@@ -35,6 +36,7 @@ struct LoopFlags {
   double max_seconds = 1.0;  // timing cap per kernel per experiment
   std::string json_path;
   bool status = false;  // read-only state, beside a running loop
+  bool next = false;    // the brief of the task to work on next
 };
 
 CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device);

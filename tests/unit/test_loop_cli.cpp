@@ -140,6 +140,15 @@ TEST(LoopCli, ScriptedProposerRunsItsEditsUntilAMoveOnRule) {
       << first.output;
   EXPECT_EQ(first.output.find("#3"), std::string::npos) << first.output;
 
+  // The agent protocol's brief: what failed and why, and how to submit.
+  const CommandResult brief =
+      run_command({test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--next"});
+  ASSERT_TRUE(brief.ok()) << brief.output;
+  for (const char* line : {"# Task task-01-rmsnorm: rmsnorm 256x512 f32", "- #1 WRONG (scripted)",
+                           "failed at smoke:", "- #2 COMPILE_ERROR (scripted)", "compiler:",
+                           "2 in a row not kept", "--task task-01-rmsnorm --submit FILE"})
+    EXPECT_NE(brief.output.find(line), std::string::npos) << line << "\n" << brief.output;
+
   const CommandResult second = loop({"--max-reverts", "0"});
   ASSERT_TRUE(second.ok()) << second.output;
   EXPECT_NE(second.output.find("#3 REVERT"), std::string::npos) << second.output;
