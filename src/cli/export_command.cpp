@@ -168,13 +168,20 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
   return 0;
 }
 
+namespace {
+
+void add_torch_export_option(CLI::App* cmd, std::string& export_dir) {
+  cmd->add_option("--export", export_dir, "A `kforge export --target torch` directory")->required();
+}
+
+}  // namespace
+
 CLI::App* add_verify_command(CLI::App& app, VerifyFlags& flags) {
   auto* cmd = app.add_subcommand(
       "verify",
       "Run a model as built, patched with an export's kforge ops, and both torch.compile'd: "
       "outputs compared, step times measured (docs/export.md)");
-  cmd->add_option("--export", flags.export_dir, "A `kforge export --target torch` directory")
-      ->required();
+  add_torch_export_option(cmd, flags.export_dir);
   cmd->add_option("args", flags.args,
                   "kforge_ops.verify's arguments after --: --model hf:llama|hf:qwen2|"
                   "example:llama, --plan PLAN.json, --json OUT, --layers, --batch, --seq, --iters");
@@ -231,8 +238,7 @@ CLI::App* add_patch_command(CLI::App& app, PatchFlags& flags) {
       "patch",
       "Run a Python program with its models patched with an export's kforge ops, its source "
       "unchanged: what was swapped, where, and the calls per op are printed (docs/export.md)");
-  cmd->add_option("--export", flags.export_dir, "A `kforge export --target torch` directory")
-      ->required();
+  add_torch_export_option(cmd, flags.export_dir);
   cmd->add_option("--ops", flags.ops,
                   "Swap only these ops (comma-separated), e.g. those `kforge verify` found "
                   "faster in a compiled model");

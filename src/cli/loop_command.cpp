@@ -90,35 +90,6 @@ std::vector<fs::path> task_dirs(const fs::path& workspace) {
   return dirs;
 }
 
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
-
-// The start's time, as timed beside the first experiment that was timed (0: none yet).
-double start_us(const std::vector<ExperimentRecord>& records) {
-  for (const auto& r : records) {
-    if (r.fields.contains("best")) return r.fields.at("best").value("median_us", 0.0);
-  }
-  return 0;
-}
-
-// The best time so far: the last kept experiment's, else the start's.
-double best_us(const std::vector<ExperimentRecord>& records) {
-  for (auto r = records.rbegin(); r != records.rend(); ++r) {
-    if (r->kept) return r->time_us;
-  }
-  return start_us(records);
-}
-
-// The best's share of its roofline bound, from the last timing of it (0: not timed yet).
-double best_roofline(const std::vector<ExperimentRecord>& records) {
-  for (auto r = records.rbegin(); r != records.rend(); ++r) {
-    const char* timing = r->kept ? "proposal" : "best";
-    if (r->fields.contains(timing)) return r->fields.at(timing).value("roofline_fraction", 0.0);
-  }
-  return 0;
-}
-
 // The plan's figures for a task (task.json from `kforge plan --extract`): its share of the run
 // and the whole-run gain if it reached its roofline bound; 0 and 1 where the file has none.
 struct TaskPlanFigures {
@@ -135,23 +106,18 @@ TaskPlanFigures plan_figures(const fs::path& dir) {
 }
 
 nlohmann::json task_state(const fs::path& dir, const std::vector<ExperimentRecord>& records) {
-  int kept = 0;
-  int reverts_in_a_row = 0;
-  for (const auto& r : records) {
-    kept += r.kept;
-    reverts_in_a_row = r.kept ? 0 : reverts_in_a_row + 1;
-  }
   const double start = start_us(records);
   const double best = best_us(records);
   return {
       {"task", dir.filename().string()},
       {"experiments", records.size()},
-      {"kept", kept},
-      {"reverts_in_a_row", reverts_in_a_row},
+      {"kept", std::count_if(records.begin(), records.end(),
+                             [](const ExperimentRecord& r) { return r.kept; })},
+      {"reverts_in_a_row", not_kept_in_a_row(records)},
       {"start_us", start},
       {"best_us", best},
-      {"speedup", start > 0 && best > 0 ? start / best : 1.0},
-      {"roofline_fraction", best_roofline(records)},
+      {"speedup", best_speedup(records)},
+      {"roofline_fraction", best_timing(records).value("roofline_fraction", 0.0)},
       // The whole run with this task's kernel at its best (Amdahl, the plan's share).
       {"run_gain",
        start > 0 && best > 0 ? 1.0 / (1.0 - plan_figures(dir).share * (1.0 - best / start)) : 1.0}};
@@ -208,6 +174,35 @@ class WorkspaceLock {
   int fd_ = -1;
 };
 
+// A task of the workspace being worked on, with its journal.
+struct Task {
+  fs::path dir;
+  LoopTask task;
+  TaskJournal journal;
+  TaskPlanFigures plan;
+};
+
+// The task --task names, or the first.
+Task& named_or_first(std::vector<Task>& tasks, const LoopFlags& flags) {
+  if (flags.task.empty()) return tasks.front();
+  const auto it = std::find_if(tasks.begin(), tasks.end(),
+                               [&](const Task& t) { return t.dir.filename() == flags.task; });
+  if (it == tasks.end())
+    throw UsageError(fmt::format("no task folder {} in {}", flags.task, flags.workspace));
+  return *it;
+}
+
+// The tasks to work on: the one --task names, or all in the order of the plan's whole-run gain.
+std::vector<Task*> work_order(std::vector<Task>& tasks, const LoopFlags& flags) {
+  if (!flags.task.empty()) return {&named_or_first(tasks, flags)};
+  std::vector<Task*> order;
+  for (Task& t : tasks)
+    order.push_back(&t);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Task* a, const Task* b) { return a->plan.gain > b->plan.gain; });
+  return order;
+}
+
 // `--status`: read only, safe beside a running loop.
 int print_status(const LoopFlags& flags, const std::vector<fs::path>& dirs) {
   const std::string pid = WorkspaceLock::holder(fs::path(flags.workspace) / ".loop.lock");
@@ -219,12 +214,12 @@ int print_status(const LoopFlags& flags, const std::vector<fs::path>& dirs) {
     nlohmann::json state = task_state(dir, records);
     if (!records.empty()) {
       const ExperimentRecord& last = records.back();
-      state["last"] = fmt::format("#{} {} {}", last.number, last.verdict, first_line(last.note));
+      state["last"] = fmt::format("#{} {} {}", last.number, last.verdict, first_lines(last.note));
     }
     if (const auto pending = read_experiment_under_way(dir)) {
       state["under_way"] = fmt::format(
           "#{} ({}{}{})", pending->value("experiment", 0), pending->value("proposer", ""),
-          pending->value("note", "").empty() ? "" : ": ", first_line(pending->value("note", "")));
+          pending->value("note", "").empty() ? "" : ": ", first_lines(pending->value("note", "")));
     }
     states.push_back(state);
   }
@@ -251,12 +246,6 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   const std::string backend = pick_backend(device, nullptr);
 
   // Every task and its journal, the repository started from the op's starter for this backend.
-  struct Task {
-    fs::path dir;
-    LoopTask task;
-    TaskJournal journal;
-    TaskPlanFigures plan;
-  };
   std::vector<Task> tasks;
   for (const fs::path& dir : dirs) {
     const LoopTask task = LoopTask::from_json(read_json_file(dir / "task.json"));
@@ -275,18 +264,7 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   if (flags.next) {
     // The agent protocol's first verb: the brief of the task to work on (--task, else the one
     // with the largest whole-run gain), then `--submit FILE` for each new version.
-    const Task* target = &tasks.front();
-    if (!flags.task.empty()) {
-      const auto it = std::find_if(tasks.begin(), tasks.end(),
-                                   [&](const Task& t) { return t.dir.filename() == flags.task; });
-      if (it == tasks.end())
-        throw UsageError(fmt::format("no task folder {} in {}", flags.task, flags.workspace));
-      target = &*it;
-    } else {
-      for (const Task& t : tasks) {
-        if (t.plan.gain > target->plan.gain) target = &t;
-      }
-    }
+    const Task* target = work_order(tasks, flags).front();
     WorkerClient worker({backend, device.device});
     const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
     const std::string name = target->dir.filename().string();
@@ -319,12 +297,11 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
         start = r.fields.value("best", nlohmann::json::object()).value("median_us", 0.0);
       if (r.time_us > 0 && start > 0) r.speedup = start / r.time_us;
       const ExperimentRecord logged = t.journal.finish(r);
-      const double best = best_us(t.journal.records());
       fmt::print("[{}] #{} {:<13} {} (best {:.2f} us, {:.3f}x the start) {}\n",
                  t.dir.filename().string(), logged.number, logged.verdict,
-                 logged.time_us > 0 ? fmt::format("{:.2f} us", logged.time_us) : "not timed", best,
-                 start > 0 && best > 0 ? start / best : 1.0,
-                 first_line(logged.fields.value("detail", logged.note)));
+                 logged.time_us > 0 ? fmt::format("{:.2f} us", logged.time_us) : "not timed",
+                 best_us(t.journal.records()), best_speedup(t.journal.records()),
+                 first_lines(logged.fields.value("detail", logged.note)));
     };
     for (Task& t : tasks) {
       if (const auto proposal = t.journal.interrupted()) {
@@ -335,16 +312,8 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
             origin.proposer.empty() ? "resumed" : origin.proposer);
       }
     }
-    const auto target_task = [&]() -> Task& {
-      if (flags.task.empty()) return tasks.front();
-      const auto it = std::find_if(tasks.begin(), tasks.end(),
-                                   [&](const Task& t) { return t.dir.filename() == flags.task; });
-      if (it == tasks.end())
-        throw UsageError(fmt::format("no task folder {} in {}", flags.task, flags.workspace));
-      return *it;
-    };
     if (!flags.submit.empty()) {
-      Task& target = target_task();
+      Task& target = named_or_first(tasks, flags);
       if (!fs::is_regular_file(flags.submit))
         throw UsageError(fmt::format("cannot read {}", flags.submit));
       const fs::path saved =
@@ -355,15 +324,7 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
       // One task (--task), or every task in the order of the plan's whole-run gain, each until
       // a move-on rule fires; a --seconds budget is spread by the share of the run each task
       // could save.
-      std::vector<Task*> order;
-      if (!flags.task.empty()) {
-        order.push_back(&target_task());
-      } else {
-        for (Task& t : tasks)
-          order.push_back(&t);
-        std::stable_sort(order.begin(), order.end(),
-                         [](const Task* a, const Task* b) { return a->plan.gain > b->plan.gain; });
-      }
+      const std::vector<Task*> order = work_order(tasks, flags);
       const auto could_save = [](const Task* t) { return std::max(0.0, 1.0 - 1.0 / t->plan.gain); };
       double total_weight = 0;
       for (const Task* t : order)
@@ -378,21 +339,20 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
         Task& target = *t;
         const auto began = std::chrono::steady_clock::now();
         for (;;) {
-          const double start = start_us(target.journal.records());
-          const double best = best_us(target.journal.records());
+          const auto& history = target.journal.records();
           const double elapsed =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-          const std::string reason = move_on_reason(
-              rules, target.journal.records(), start > 0 && best > 0 ? start / best : 1.0,
-              best_roofline(target.journal.records()), elapsed);
+          const std::string reason =
+              move_on_reason(rules, history, best_speedup(history),
+                             best_timing(history).value("roofline_fraction", 0.0), elapsed);
           if (!reason.empty()) {
             fmt::print("[{}] moving on: {}\n", target.dir.filename().string(), reason);
             break;
           }
-          const std::string current = read_text_file(target.journal.kernel_path());
           const fs::path kernel = target.journal.kernel_path();
+          const std::string current = read_text_file(kernel);
           const auto proposal =
-              proposer->next({target.task, device_info, kernel, current, target.journal.records()});
+              proposer->next({target.task, device_info, kernel, current, history});
           if (!proposal) {
             fmt::print("[{}] moving on: the {} proposer has no more proposals\n",
                        target.dir.filename().string(), proposer->name());

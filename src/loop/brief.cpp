@@ -7,7 +7,6 @@
 #include "ops/op_spec.h"
 
 namespace kforge {
-namespace {
 
 std::string first_lines(const std::string& text, size_t lines) {
   size_t end = 0;
@@ -19,12 +18,6 @@ std::string first_lines(const std::string& text, size_t lines) {
   return text.substr(0, end - 1);
 }
 
-std::string one_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
-
-}  // namespace
-
 std::string task_brief(const BriefInputs& in) {
   const OpSpec& op = *in.task.op;
   std::string out = fmt::format("# Task {}: {} {} {}\n\n", in.task_name, op.name(),
@@ -34,7 +27,7 @@ std::string task_brief(const BriefInputs& in) {
     out +=
         fmt::format("- {}{} [{}]\n", t.is_output ? "output " : "", t.name, fmt::join(t.dims, ", "));
   }
-  const nlohmann::json& device = in.ceilings.raw.value("device", nlohmann::json::object());
+  const nlohmann::json device = in.ceilings.raw.value("device", nlohmann::json::object());
   out += fmt::format("\nDevice: {}; measured copy ceiling {:.0f} GB/s", device.value("name", "?"),
                      in.ceilings.copy_gbps);
   if (in.ceilings.matmul_tflops)
@@ -42,33 +35,23 @@ std::string task_brief(const BriefInputs& in) {
   out += ".\n\n";
 
   // Where the best stands: its time and share of the roofline bound, as last timed.
-  double best_us = 0;
-  double roofline = 0;
-  for (auto r = in.history.rbegin(); r != in.history.rend(); ++r) {
-    const char* timing = r->kept ? "proposal" : "best";
-    if (r->fields.contains(timing)) {
-      best_us = r->fields.at(timing).value("median_us", 0.0);
-      roofline = r->fields.at(timing).value("roofline_fraction", 0.0);
-      break;
-    }
-  }
+  const nlohmann::json timing = best_timing(in.history);
+  const double best_time_us = timing.value("median_us", 0.0);
+  const double roofline = timing.value("roofline_fraction", 0.0);
   out +=
       fmt::format("Kernel file to edit (the best version so far): {}\n", in.kernel_path.string());
-  if (best_us > 0) {
+  if (best_time_us > 0) {
     out += fmt::format(
         "Best: {:.2f} us, {:.0f}% of its roofline bound ({:.2f} us at the ceilings)."
         "\n",
-        best_us, 100 * roofline, best_us * roofline);
+        best_time_us, 100 * roofline, best_time_us * roofline);
   } else {
     out += "Best: not timed yet (the first experiment times it beside the proposal).\n";
   }
 
-  int kept = 0;
-  int in_a_row = 0;
-  for (const ExperimentRecord& r : in.history) {
-    kept += r.kept;
-    in_a_row = r.kept ? 0 : in_a_row + 1;
-  }
+  const auto kept = std::count_if(in.history.begin(), in.history.end(),
+                                  [](const ExperimentRecord& r) { return r.kept; });
+  const int in_a_row = not_kept_in_a_row(in.history);
   out += fmt::format("\n## Experiments: {} so far, {} kept, {} in a row not kept",
                      in.history.size(), kept, in_a_row);
   if (in.rules.max_consecutive_reverts > 0)
@@ -79,10 +62,10 @@ std::string task_brief(const BriefInputs& in) {
     const ExperimentRecord& r = in.history[i];
     out += fmt::format("- #{} {}{} ({}): {}\n", r.number, r.verdict,
                        r.time_us > 0 ? fmt::format(" {:.2f} us", r.time_us) : "", r.proposer,
-                       one_line(r.note));
+                       first_lines(r.note));
     if (r.fields.contains("failing_stage")) {
       out += fmt::format("  failed at {}: {}\n", r.fields.at("failing_stage").get<std::string>(),
-                         one_line(r.fields.value("detail", "")));
+                         first_lines(r.fields.value("detail", "")));
     }
     if (r.fields.contains("compiler_log")) {
       std::string log = first_lines(r.fields.at("compiler_log").get<std::string>(), 6);

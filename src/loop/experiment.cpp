@@ -130,4 +130,39 @@ ExperimentRecord evaluate_proposal(Checker& checker, WorkerClient& worker, const
   return done(record.kept ? "KEEP" : "REVERT");
 }
 
+double start_us(const std::vector<ExperimentRecord>& history) {
+  for (const auto& r : history) {
+    if (r.fields.contains("best")) return r.fields.at("best").value("median_us", 0.0);
+  }
+  return 0;
+}
+
+double best_us(const std::vector<ExperimentRecord>& history) {
+  for (auto r = history.rbegin(); r != history.rend(); ++r) {
+    if (r->kept) return r->time_us;
+  }
+  return start_us(history);
+}
+
+double best_speedup(const std::vector<ExperimentRecord>& history) {
+  const double start = start_us(history);
+  const double best = best_us(history);
+  return start > 0 && best > 0 ? start / best : 1.0;
+}
+
+nlohmann::json best_timing(const std::vector<ExperimentRecord>& history) {
+  for (auto r = history.rbegin(); r != history.rend(); ++r) {
+    const char* timing = r->kept ? "proposal" : "best";
+    if (r->fields.contains(timing)) return r->fields.at(timing);
+  }
+  return nlohmann::json::object();
+}
+
+int not_kept_in_a_row(const std::vector<ExperimentRecord>& history) {
+  int in_a_row = 0;
+  for (auto r = history.rbegin(); r != history.rend() && !r->kept; ++r)
+    ++in_a_row;
+  return in_a_row;
+}
+
 }  // namespace kforge

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -45,5 +46,18 @@ ExperimentRecord evaluate_proposal(Checker& checker, WorkerClient& worker, const
                                    const LoopTask& task, const std::filesystem::path& proposal,
                                    const std::filesystem::path& best,
                                    const EvaluationOptions& options);
+
+// A task's history (its finished experiments, oldest first) read for where it stands.
+// The start's time, as timed beside the first experiment that was timed (0: none yet).
+double start_us(const std::vector<ExperimentRecord>& history);
+// The best time so far: the last kept experiment's, else the start's.
+double best_us(const std::vector<ExperimentRecord>& history);
+// best_us() against start_us() (1 until both are known).
+double best_speedup(const std::vector<ExperimentRecord>& history);
+// The best's latest timing (median_us, roofline_fraction, spreads...): the kept proposal's, or
+// the best's as timed beside a later experiment; empty when not timed yet.
+nlohmann::json best_timing(const std::vector<ExperimentRecord>& history);
+// Experiments at the end of the history not kept (any verdict but KEEP).
+int not_kept_in_a_row(const std::vector<ExperimentRecord>& history);
 
 }  // namespace kforge

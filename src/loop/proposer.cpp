@@ -181,9 +181,7 @@ std::string move_on_reason(const MoveOnRules& rules, const std::vector<Experimen
     return fmt::format("the best is {:.2f}x the start (target {:.2f}x)", best_speedup,
                        rules.target_speedup);
   if (rules.max_consecutive_reverts > 0) {
-    int in_a_row = 0;
-    for (auto r = history.rbegin(); r != history.rend() && !r->kept; ++r)
-      ++in_a_row;
+    const int in_a_row = not_kept_in_a_row(history);
     if (in_a_row >= rules.max_consecutive_reverts)
       return fmt::format("{} experiments in a row not kept", in_a_row);
   }

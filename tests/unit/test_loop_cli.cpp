@@ -17,11 +17,25 @@ namespace kforge {
 namespace {
 namespace fs = std::filesystem;
 
-TEST(LoopCli, SubmitsAndResumesAnInterruptedExperiment) {
-  const fs::path ws = test::temp_dir("loop-cli");
+// A workspace holding one task, rmsnorm 256x512 f32 (the CPU starter is its start); returns the
+// task's folder.
+fs::path rmsnorm_workspace(const fs::path& ws) {
   const fs::path task = ws / "task-01-rmsnorm";
   fs::create_directories(task);
   std::ofstream(task / "task.json") << R"({"op": "rmsnorm", "shape": "256x512", "dtype": "f32"})";
+  return task;
+}
+
+// `kforge loop WS --backend cpu ARGS...`
+CommandResult run_loop(const fs::path& ws, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {test::kforge_binary(), "loop", ws.string(), "--backend", "cpu"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, std::chrono::minutes(5));
+}
+
+TEST(LoopCli, SubmitsAndResumesAnInterruptedExperiment) {
+  const fs::path ws = test::temp_dir("loop-cli");
+  const fs::path task = rmsnorm_workspace(ws);
   std::string wrong =
       test::read_text(fs::path(test::kernels_dir()) / "rmsnorm" / "rmsnorm_cpu.cpp");
   const std::string from = "const acc_t inv_rms = acc_t(1)";
@@ -30,10 +44,8 @@ TEST(LoopCli, SubmitsAndResumesAnInterruptedExperiment) {
   std::ofstream(ws / "wrong.cpp") << wrong;
 
   const auto loop = [&](std::vector<std::string> extra) {
-    std::vector<std::string> argv = {test::kforge_binary(), "loop", ws.string(), "--backend", "cpu",
-                                     "--max-seconds",       "0.2"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return run_command(argv, std::chrono::minutes(5));
+    extra.insert(extra.begin(), {"--max-seconds", "0.2"});
+    return run_loop(ws, extra);
   };
   const CommandResult submitted =
       loop({"--submit", (ws / "wrong.cpp").string(), "--note", "scaled by 1.01"});
@@ -87,21 +99,12 @@ TEST(LoopCli, SubmitsAndResumesAnInterruptedExperiment) {
   EXPECT_NE(no_workspace.output.find("not a workspace"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace kforge
-
-namespace kforge {
-namespace {
-namespace fs = std::filesystem;
-
 // `--propose scripted:DIR`: DIR's edits in name order, each an experiment with its note; the
 // loop moves on after --max-reverts experiments in a row not kept, and a later run resumes the
 // sequence where it stopped, to its end.
 TEST(LoopCli, ScriptedProposerRunsItsEditsUntilAMoveOnRule) {
   const fs::path ws = test::temp_dir("loop-scripted");
-  const fs::path task = ws / "task-01-rmsnorm";
-  fs::create_directories(task);
-  std::ofstream(task / "task.json") << R"({"op": "rmsnorm", "shape": "256x512", "dtype": "f32"})";
+  const fs::path task = rmsnorm_workspace(ws);
   const std::string starter =
       test::read_text(fs::path(test::kernels_dir()) / "rmsnorm" / "rmsnorm_cpu.cpp");
   const std::string at = "const acc_t inv_rms = acc_t(1)";
@@ -120,17 +123,9 @@ TEST(LoopCli, ScriptedProposerRunsItsEditsUntilAMoveOnRule) {
       << edited("for (volatile int spin = 0; spin < 4000; ++spin) {}\n", at);
 
   const auto loop = [&](std::vector<std::string> extra) {
-    std::vector<std::string> argv = {test::kforge_binary(),
-                                     "loop",
-                                     ws.string(),
-                                     "--backend",
-                                     "cpu",
-                                     "--max-seconds",
-                                     "0.2",
-                                     "--propose",
-                                     "scripted:" + edits.string()};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    return run_command(argv, std::chrono::minutes(5));
+    extra.insert(extra.begin(),
+                 {"--max-seconds", "0.2", "--propose", "scripted:" + edits.string()});
+    return run_loop(ws, extra);
   };
   const CommandResult first = loop({"--max-reverts", "2"});
   ASSERT_TRUE(first.ok()) << first.output;
@@ -141,8 +136,7 @@ TEST(LoopCli, ScriptedProposerRunsItsEditsUntilAMoveOnRule) {
   EXPECT_EQ(first.output.find("#3"), std::string::npos) << first.output;
 
   // The agent protocol's brief: what failed and why, and how to submit.
-  const CommandResult brief =
-      run_command({test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--next"});
+  const CommandResult brief = run_loop(ws, {"--next"});
   ASSERT_TRUE(brief.ok()) << brief.output;
   for (const char* line : {"# Task task-01-rmsnorm: rmsnorm 256x512 f32", "- #1 WRONG (scripted)",
                            "failed at smoke:", "- #2 COMPILE_ERROR (scripted)", "compiler:",
@@ -165,32 +159,20 @@ TEST(LoopCli, ScriptedProposerRunsItsEditsUntilAMoveOnRule) {
   }
   EXPECT_EQ(test::read_text(journal.kernel_path()), starter);
 
-  const CommandResult unknown = run_command(
-      {test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--propose", "oracle"});
+  const CommandResult unknown = run_loop(ws, {"--propose", "oracle"});
   EXPECT_FALSE(unknown.ok());
   EXPECT_NE(unknown.output.find("no proposer named oracle"), std::string::npos) << unknown.output;
 }
-
-}  // namespace
-}  // namespace kforge
-
-namespace kforge {
-namespace {
-namespace fs = std::filesystem;
 
 // `--propose tuner:exhaustive`: every point of the file's tunables is an experiment (the file
 // with those defaults); the kept file's defaults are the best point's; a later run replays the
 // journal through the search and has nothing left to propose.
 TEST(LoopCli, TunerProposerSearchesTheFilesTunables) {
   const fs::path ws = test::temp_dir("loop-tuner");
-  const fs::path task = ws / "task-01-rmsnorm";
-  fs::create_directories(task);
-  std::ofstream(task / "task.json") << R"({"op": "rmsnorm", "shape": "256x512", "dtype": "f32"})";
+  const fs::path task = rmsnorm_workspace(ws);
   const auto loop = [&] {
-    return run_command(
-        {test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--max-seconds", "0.2",
-         "--propose", "tuner:exhaustive", "--max-reverts", "0", "--target-speedup", "0"},
-        std::chrono::minutes(5));
+    return run_loop(ws, {"--max-seconds", "0.2", "--propose", "tuner:exhaustive", "--max-reverts",
+                         "0", "--target-speedup", "0"});
   };
   const CommandResult first = loop();
   ASSERT_TRUE(first.ok()) << first.output;
@@ -216,13 +198,6 @@ TEST(LoopCli, TunerProposerSearchesTheFilesTunables) {
   EXPECT_EQ(again.output.find("#5"), std::string::npos) << again.output;
   EXPECT_EQ(TaskJournal::open(task).records().size(), 4u);
 }
-
-}  // namespace
-}  // namespace kforge
-
-namespace kforge {
-namespace {
-namespace fs = std::filesystem;
 
 ExperimentRecord outcome(bool kept) {
   ExperimentRecord r;
@@ -265,9 +240,7 @@ TEST(LoopCli, ProposerRunsEveryTaskInTheOrderOfItsGain) {
     std::ofstream(ws / folder / "task.json") << text;
   }
   const CommandResult r =
-      run_command({test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--max-seconds",
-                   "0.1", "--propose", "tuner", "--roofline", "0.0001"},
-                  std::chrono::minutes(5));
+      run_loop(ws, {"--max-seconds", "0.1", "--propose", "tuner", "--roofline", "0.0001"});
   ASSERT_TRUE(r.ok()) << r.output;
   const size_t softmax = r.output.find("[task-02-softmax] #1");
   const size_t rmsnorm = r.output.find("[task-01-rmsnorm] #1");
@@ -278,8 +251,7 @@ TEST(LoopCli, ProposerRunsEveryTaskInTheOrderOfItsGain) {
   EXPECT_NE(r.output.find("moving on: the best is at"), std::string::npos) << r.output;
 
   const CommandResult scripted =
-      run_command({test::kforge_binary(), "loop", ws.string(), "--backend", "cpu", "--propose",
-                   "scripted:" + (ws / "task-01-rmsnorm").string()});
+      run_loop(ws, {"--propose", "scripted:" + (ws / "task-01-rmsnorm").string()});
   EXPECT_FALSE(scripted.ok());
   EXPECT_NE(scripted.output.find("name its task with --task"), std::string::npos)
       << scripted.output;

@@ -233,6 +233,19 @@ def _causal_lm_loss_replacement(original):
     return loss
 
 
+# The modules patch() swaps: (does this module match, given it and its class name; the kforge
+# op; the function that swaps it).
+_MODULE_SWAPS = [
+    (lambda m, name: name.endswith("RMSNorm") or isinstance(m, torch.nn.RMSNorm), "rmsnorm",
+     _patch_rmsnorm),
+    (lambda m, name: isinstance(m, torch.nn.LayerNorm), "layernorm", _patch_layernorm),
+    (lambda m, name: isinstance(m, torch.nn.CrossEntropyLoss), "cross_entropy",
+     _patch_cross_entropy),
+    (lambda m, name: name.endswith("RotaryEmbeddingHalf"), "rotary_embedding_half",
+     _patch_rotary_tables),
+]
+
+
 def patch(model, verbose=True, ops=None):
     """Swaps kforge ops into `model` in place; returns a PatchReport (str() it, or .undo()).
 
@@ -254,26 +267,13 @@ def patch(model, verbose=True, ops=None):
         where = where or "(model)"
         name = type(module).__name__
         modeling_modules.add(type(module).__module__)
-        if name.endswith("RMSNorm") or isinstance(module, torch.nn.RMSNorm):
-            if "rmsnorm" in exported:
-                _patch_rmsnorm(report, module, where)
+        swap = next((s for s in _MODULE_SWAPS if s[0](module, name)), None)
+        if swap is not None:
+            _, op, patcher = swap
+            if op in exported:
+                patcher(report, module, where)
             else:
-                left_alone(where, name, "rmsnorm")
-        elif isinstance(module, torch.nn.LayerNorm):
-            if "layernorm" in exported:
-                _patch_layernorm(report, module, where)
-            else:
-                left_alone(where, name, "layernorm")
-        elif isinstance(module, torch.nn.CrossEntropyLoss):
-            if "cross_entropy" in exported:
-                _patch_cross_entropy(report, module, where)
-            else:
-                left_alone(where, name, "cross_entropy")
-        elif name.endswith("RotaryEmbeddingHalf"):
-            if "rotary_embedding_half" in exported:
-                _patch_rotary_tables(report, module, where)
-            else:
-                left_alone(where, name, "rotary_embedding_half")
+                left_alone(where, name, op)
         elif name.endswith("MLP") or name == "SwiGLU":
             report.not_swapped.append((where, name, "SwiGLU MLP: no exported fused_mlp (tensor-core kernels are not tuned yet)"))
         elif name.endswith("Attention"):

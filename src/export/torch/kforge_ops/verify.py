@@ -90,14 +90,7 @@ def step_ms(fn, iters, rounds=5):
     try:
         for _ in range(rounds):
             if torch.cuda.is_available():
-                torch.cuda.synchronize()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(iters):
-                    fn()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end) / iters)
+                times.append(gpu_ms_per_call(fn, iters))
             else:
                 began = time.perf_counter()
                 for _ in range(iters):
@@ -108,20 +101,11 @@ def step_ms(fn, iters, rounds=5):
     return times
 
 
-def kforge_us_per_call(op, sizes, dtype, iters=50):
+def kforge_us_per_call(op, sizes, dtype):
     """The exported op alone at `sizes`: mean time per call on the GPU (CUDA events)."""
     args = kforge_ops.example_inputs(op, sizes, dtype)
     fn = getattr(torch.ops.kforge, op)
-    for _ in range(5):
-        fn(*args)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn(*args)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters * 1e3
+    return torch_us_per_call(lambda: fn(*args))
 
 
 def host_issue_ms(fn, repeats=5):
@@ -138,9 +122,8 @@ def host_issue_ms(fn, repeats=5):
     return statistics.median(times)
 
 
-def torch_us_per_call(fn, iters=50):
-    for _ in range(5):
-        fn()
+def gpu_ms_per_call(fn, iters):
+    """The mean GPU time of `iters` calls of fn issued back to back (CUDA events)."""
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -148,7 +131,13 @@ def torch_us_per_call(fn, iters=50):
         fn()
     end.record()
     torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters * 1e3
+    return start.elapsed_time(end) / iters
+
+
+def torch_us_per_call(fn, iters=50):
+    for _ in range(5):
+        fn()
+    return gpu_ms_per_call(fn, iters) * 1e3
 
 
 def left_in_place_us(group, sizes, dtype):
