@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -38,7 +39,8 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
                   "move-on rule fires: " +
                       fmt::format("{}", fmt::join(proposer_names(), ", ")) +
                       " (scripted:DIR, DIR's files in name order; tuner[:STRATEGY], the file's "
-                      "tunables searched)");
+                      "tunables searched; llm[:CONFIG.json], an OpenAI-compatible chat model, "
+                      "see docs/loop.md)");
   cmd->add_option("--max-reverts", flags.rules.max_consecutive_reverts,
                   "Move on after this many experiments in a row not kept (0: never)")
       ->capture_default_str();
@@ -285,12 +287,13 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
     const DeviceInfo device_info = worker.device();
     EvaluationOptions options;
     options.settings.max_seconds = flags.max_seconds;
-    const auto run = [&](Task& t, const fs::path& proposal, const std::string& note,
-                         const std::string& proposed_by) {
-      ExperimentRecord r = evaluate_proposal(checker, worker, ceilings, t.task, proposal,
-                                             t.journal.kernel_path(), options);
+    // Logs the pending experiment's outcome with the proposer's fields, and a line for it.
+    const auto finish = [&](Task& t, ExperimentRecord r, const std::string& note,
+                            const std::string& proposed_by, const nlohmann::json& fields) {
       r.proposer = proposed_by;
       r.note = note;
+      for (const auto& [key, value] : fields.items())
+        r.fields[key] = value;
       // The first timed experiment times the start beside it.
       double start = start_us(t.journal.records());
       if (start == 0)
@@ -302,6 +305,25 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
                  logged.time_us > 0 ? fmt::format("{:.2f} us", logged.time_us) : "not timed",
                  best_us(t.journal.records()), best_speedup(t.journal.records()),
                  first_lines(logged.fields.value("detail", logged.note)));
+      std::fflush(stdout);  // a live line per experiment, also through a pipe
+    };
+    // Evaluates the pending experiment, unless its proposer came back with nothing to evaluate
+    // (fields' "failed_proposal": the verdict and why; the reply is its saved proposal).
+    const auto run = [&](Task& t, const fs::path& proposal, const std::string& note,
+                         const std::string& proposed_by,
+                         const nlohmann::json& fields = nlohmann::json::object()) {
+      if (fields.contains("failed_proposal")) {
+        ExperimentRecord failed;
+        failed.verdict = fields["failed_proposal"].value("verdict", "BAD_REPLY");
+        failed.fields = {{"failing_stage", "propose"},
+                         {"detail", fields["failed_proposal"].value("detail", "")}};
+        finish(t, failed, note, proposed_by, fields);
+        return;
+      }
+      finish(t,
+             evaluate_proposal(checker, worker, ceilings, t.task, proposal, t.journal.kernel_path(),
+                               options),
+             note, proposed_by, fields);
     };
     for (Task& t : tasks) {
       if (const auto proposal = t.journal.interrupted()) {
@@ -309,7 +331,7 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
                                   t.dir.filename().string(), t.journal.records().size() + 1));
         const TaskJournal::Origin origin = t.journal.interrupted_origin();
         run(t, *proposal, origin.note.empty() ? "resumed" : origin.note + " (resumed)",
-            origin.proposer.empty() ? "resumed" : origin.proposer);
+            origin.proposer.empty() ? "resumed" : origin.proposer, origin.fields);
       }
     }
     if (!flags.submit.empty()) {
@@ -347,22 +369,29 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
                              best_timing(history).value("roofline_fraction", 0.0), elapsed);
           if (!reason.empty()) {
             fmt::print("[{}] moving on: {}\n", target.dir.filename().string(), reason);
+            std::fflush(stdout);
             break;
           }
           const fs::path kernel = target.journal.kernel_path();
           const std::string current = read_text_file(kernel);
-          const auto proposal =
-              proposer->next({target.task, device_info, kernel, current, history});
+          const std::string name = target.dir.filename().string();
+          const auto proposal = proposer->next(
+              {name, target.task, device_info, ceilings, rules, kernel, current, history});
           if (!proposal) {
-            fmt::print("[{}] moving on: the {} proposer has no more proposals\n",
-                       target.dir.filename().string(), proposer->name());
+            fmt::print("[{}] moving on: the {} proposer {}\n", name, proposer->name(),
+                       proposer->why_done());
             break;
           }
+          const std::string proposed_by(proposer->name());
+          nlohmann::json fields = proposal->fields;
+          if (!proposal->failure_verdict.empty()) {
+            fields["failed_proposal"] = {{"verdict", proposal->failure_verdict},
+                                         {"detail", proposal->failure}};
+          }
           const fs::path saved =
-              target.journal.begin(proposal->source, std::string(proposer->name()), proposal->note);
-          run(target, saved, proposal->note, std::string(proposer->name()));
+              target.journal.begin(proposal->source, proposed_by, proposal->note, fields);
+          run(target, saved, proposal->note, proposed_by, fields);
         }
-        proposer = make_proposer(flags.propose);  // a fresh search for the next task
       }
     }
   }

@@ -67,6 +67,16 @@ std::string task_brief(const BriefInputs& in) {
       out += fmt::format("  failed at {}: {}\n", r.fields.at("failing_stage").get<std::string>(),
                          first_lines(r.fields.value("detail", "")));
     }
+    if (r.fields.contains("mismatches")) {
+      std::string listed;
+      for (const nlohmann::json& m :
+           r.fields["mismatches"].value("first_mismatches", nlohmann::json::array())) {
+        listed += fmt::format("{}{} got {:.6g} expected {:.6g}", listed.empty() ? "" : "; ",
+                              m.value("index", nlohmann::json::array()).dump(), m.value("got", 0.0),
+                              m.value("expected", 0.0));
+      }
+      if (!listed.empty()) out += fmt::format("  first mismatches: {}\n", listed);
+    }
     if (r.fields.contains("compiler_log")) {
       std::string log = first_lines(r.fields.at("compiler_log").get<std::string>(), 6);
       while (!log.empty() && log.back() == '\n')
@@ -74,6 +84,7 @@ std::string task_brief(const BriefInputs& in) {
       out += fmt::format("  compiler:\n```\n{}\n```\n", log);
     }
   }
+  if (in.submit_command.empty()) return out;
   out += fmt::format(
       "\n## Next\n\nWrite a new version of the whole kernel file and submit it:\n\n    {}\n\n"
       "It is built, checked in five stages (smoke, shape sweep, stability, determinism, edge "

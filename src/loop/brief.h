@@ -23,8 +23,9 @@ struct BriefInputs {
   const std::filesystem::path& kernel_path;  // the best version: the file to edit
   const std::vector<ExperimentRecord>& history;
   const MoveOnRules& rules;
-  std::string submit_command;  // how to submit a new version, e.g. `kforge loop WS --submit ...`
-  size_t recent = 10;          // experiments listed, newest last
+  std::string
+      submit_command;  // how to submit, e.g. `kforge loop WS --submit ...` (empty: not said)
+  size_t recent = 10;  // experiments listed, newest last
 };
 
 std::string task_brief(const BriefInputs& in);

@@ -95,6 +95,14 @@ ExperimentRecord evaluate_proposal(Checker& checker, WorkerClient& worker, const
     for (const auto& s : report.stages) {
       if (s.ran && !s.passed) {
         record.fields["failing_stage"] = s.name;
+        // The failing case's comparison: counts, worst errors, first mismatches with indices.
+        for (const CaseResult& c : s.results) {
+          if (c.verdict != Verdict::ok && !c.compare.first.empty()) {
+            record.fields["mismatches"] = c.compare.to_json();
+            record.fields["mismatches"]["case"] = c.label;
+            break;
+          }
+        }
         break;
       }
     }

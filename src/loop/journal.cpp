@@ -196,11 +196,12 @@ void TaskJournal::recover() {
 TaskJournal::Origin TaskJournal::interrupted_origin() const {
   if (!interrupted_) return {};
   const nlohmann::json pending = read_json_file(pending_path());
-  return {pending.value("proposer", ""), pending.value("note", "")};
+  return {pending.value("proposer", ""), pending.value("note", ""),
+          pending.value("fields", nlohmann::json::object())};
 }
 
 fs::path TaskJournal::begin(const std::string& proposal, const std::string& proposer,
-                            const std::string& note) {
+                            const std::string& note, const nlohmann::json& fields) {
   if (interrupted_) {
     throw Error(fmt::format("experiment {} was interrupted: evaluate {} and finish it first",
                             *interrupted_, interrupted()->string()));
@@ -209,8 +210,9 @@ fs::path TaskJournal::begin(const std::string& proposal, const std::string& prop
   const int number = static_cast<int>(records_.size()) + 1;
   const fs::path path = proposal_path(number);
   write_text_atomically(path, proposal);
-  write_json_atomically(pending_path(),
-                        {{"experiment", number}, {"proposer", proposer}, {"note", note}});
+  write_json_atomically(
+      pending_path(),
+      {{"experiment", number}, {"proposer", proposer}, {"note", note}, {"fields", fields}});
   return path;
 }
 

@@ -68,19 +68,22 @@ class TaskJournal {
   // The proposal of an experiment a killed process did not finish, to evaluate again.
   std::optional<std::filesystem::path> interrupted() const;
 
-  // Who proposed the interrupted experiment and why, as begin() was told (empty when not told).
+  // Who proposed the interrupted experiment, why, and the proposer's fields for its record
+  // (tokens, cost...), as begin() was told (empty when not told).
   struct Origin {
     std::string proposer;
     std::string note;
+    nlohmann::json fields = nlohmann::json::object();
   };
   Origin interrupted_origin() const;
 
   // Saves `proposal` (the whole new kernel file) as the next experiment and marks it under way,
-  // with its proposer and note (kept for a resume). Returns where it was saved; the
-  // experiment's number is records().size() + 1. An interrupted experiment must be finished
-  // first.
+  // with its proposer, note and the proposer's fields for the record (kept for a resume). Returns
+  // where it was saved; the experiment's number is records().size() + 1. An interrupted experiment
+  // must be finished first.
   std::filesystem::path begin(const std::string& proposal, const std::string& proposer = {},
-                              const std::string& note = {});
+                              const std::string& note = {},
+                              const nlohmann::json& fields = nlohmann::json::object());
   // Records the pending experiment's outcome. With record.kept the saved proposal becomes the
   // repository's file in a commit (record.commit is set to it); otherwise the repository is
   // untouched (record.commit is the commit it was measured against). Returns the record as

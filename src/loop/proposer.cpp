@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "loop/llm_proposer.h"
 #include "tune/strategy.h"
 #include "tune/tuner.h"
 
@@ -91,7 +92,7 @@ class TunerProposer final : public Proposer {
   std::string_view name() const override { return "tuner"; }
 
   std::optional<Proposal> next(const ProposalContext& context) override {
-    if (!strategy_) start(context);
+    if (!strategy_ || task_ != context.task_name) start(context);
     // The previous proposal's outcome is the journal's last tuner experiment.
     if (pending_) {
       const auto last =
@@ -118,6 +119,8 @@ class TunerProposer final : public Proposer {
   }
 
   void start(const ProposalContext& context) {
+    task_ = context.task_name;
+    pending_.reset();
     file_ = std::make_unique<KernelFile>(KernelFile::parse(context.current, context.kernel_path));
     if (file_->params.empty())
       throw UsageError(fmt::format("tuner: {} has no tunables", context.kernel_path.string()));
@@ -135,6 +138,7 @@ class TunerProposer final : public Proposer {
 
   static constexpr uint64_t kSeed = 1;
   std::string strategy_name_;
+  std::string task_;  // the task the search is over
   std::unique_ptr<KernelFile> file_;
   std::unique_ptr<SearchSpace> space_;
   std::unique_ptr<Strategy> strategy_;
@@ -147,6 +151,7 @@ const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
       {"scripted", [](const std::string& a) { return std::make_unique<ScriptedProposer>(a); }},
       {"tuner", [](const std::string& a) { return std::make_unique<TunerProposer>(a); }},
+      {"llm", [](const std::string& a) { return make_llm_proposer(a); }},
   };
   return r;
 }
