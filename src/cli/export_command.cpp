@@ -15,6 +15,7 @@
 #include "core/run_info.h"
 #include "device/ceilings.h"
 #include "export/export_target.h"
+#include "loop/workspace.h"
 #include "ops/op_spec.h"
 #include "run/worker_client.h"
 #include "tune/library.h"
@@ -41,6 +42,10 @@ CLI::App* add_export_command(CLI::App& app, ExportFlags& flags, DeviceFlags& dev
   cmd->add_option("--shape", flags.shapes, "OP:SHAPE, e.g. rmsnorm:4096x4096 (repeatable)");
   cmd->add_flag("--no-table-sizes", flags.no_table_sizes,
                 "Only the sizes of --plan and --shape, not every size of the tuned tables");
+  cmd->add_option("--workspace", flags.workspace,
+                  "A `kforge loop` workspace: each task with a kept experiment exports its best "
+                  "kernel file at the task's size, unless the library's variant tuned at that "
+                  "size was faster");
   cmd->add_option("--ceilings", flags.ceilings_path,
                   "The device to export for, from `kforge ceilings --json FILE` on it (default: "
                   "this machine's GPU)");
@@ -89,6 +94,91 @@ std::vector<const OpSpec*> requested_ops(const ExportFlags& flags, const DeviceI
   return ops;
 }
 
+// A folder of copies of loop tasks' best files, named after their tasks (two tasks of one op
+// may both have changed the same starter) beside their op's library headers; removed at exit.
+class LoopKernelStage {
+ public:
+  LoopKernelStage()
+      : dir_(fs::temp_directory_path() / fmt::format("kforge-loop-export-{}", ::getpid())) {
+    fs::remove_all(dir_);
+  }
+  ~LoopKernelStage() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  LoopKernelStage(const LoopKernelStage&) = delete;
+  LoopKernelStage& operator=(const LoopKernelStage&) = delete;
+
+  fs::path add(const TaskBest& best) {
+    const std::string op(best.task.op->name());
+    const fs::path folder = dir_ / op;
+    if (!fs::exists(folder)) {
+      fs::create_directories(folder);
+      for (const auto& entry : fs::directory_iterator(library_kernels_dir() / op)) {
+        const std::string ext = entry.path().extension().string();
+        if (ext == ".cuh" || ext == ".h")
+          fs::copy_file(entry.path(), folder / entry.path().filename());
+      }
+    }
+    const fs::path copy =
+        folder / fmt::format("loop_{}_{}", best.name, best.kernel.filename().string());
+    fs::copy_file(best.kernel, copy, fs::copy_options::overwrite_existing);
+    return copy;
+  }
+
+ private:
+  fs::path dir_;
+};
+
+// The loop's bests worth exporting: tasks with a kept experiment in a CUDA kernel file, faster
+// than the library's variant tuned at the same size when there is one. Says what it chose.
+void add_loop_overrides(const std::string& workspace, const DeviceInfo& device,
+                        LoopKernelStage& stage, ExportRequest& request) {
+  for (const TaskBest& best : workspace_bests(workspace)) {
+    const std::string shape = best.task.op->format_shape(best.task.sizes);
+    const auto skip = [&](const std::string& why) {
+      progress_line(
+          fmt::format("--workspace: {} ({} {}): {}", best.name, best.task.op->name(), shape, why));
+    };
+    if (best.kept == 0 || best.kernel.empty()) {
+      skip("nothing kept; the library's variant runs there");
+      continue;
+    }
+    if (best.kernel.extension() != ".cu") {
+      skip("its kernel file is not CUDA (a CPU-backend workspace)");
+      continue;
+    }
+    if (!dispatchable(*best.task.op)) {
+      skip("the op cannot be dispatched on its tensors' shapes");
+      continue;
+    }
+    const LibraryChoice library =
+        library_choice(*best.task.op, best.task.sizes, best.task.dtype, device);
+    if (library.source == LibraryChoice::Source::exact_size && library.tuned_median_us &&
+        *library.tuned_median_us <= best.best_us) {
+      skip(
+          fmt::format("the library's variant tuned there ({:.2f} us) is as fast as the loop's "
+                      "best ({:.2f} us)",
+                      *library.tuned_median_us, best.best_us));
+      continue;
+    }
+    ExportOverride o;
+    o.op = best.task.op;
+    o.dtype = best.task.dtype;
+    o.sizes = best.task.sizes;
+    o.file = stage.add(best);
+    o.reason =
+        fmt::format("loop {}: {:.2f} us, {:.2f}x its start", best.name, best.best_us, best.speedup);
+    progress_line(fmt::format("--workspace: {} ({} {}): its best ({})", best.name,
+                              best.task.op->name(), shape, o.reason));
+    if (std::find(request.ops.begin(), request.ops.end(), o.op) == request.ops.end())
+      request.ops.push_back(o.op);
+    if (std::find(request.dtypes.begin(), request.dtypes.end(), o.dtype) == request.dtypes.end())
+      request.dtypes.push_back(o.dtype);
+    request.overrides.push_back(std::move(o));
+  }
+}
+
 }  // namespace
 
 int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
@@ -123,7 +213,8 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
     }
     request.extra_sizes = std::move(sizes);
   } else {
-    if (flags.ops.empty()) throw UsageError("name the ops to export, or pass --plan");
+    if (flags.ops.empty() && flags.workspace.empty())
+      throw UsageError("name the ops to export, or pass --plan or --workspace");
     if (request.dtypes.empty()) request.dtypes = {DType::bf16};
     request.ops = requested_ops(flags, info, request.dtypes);
     if (!flags.plan_path.empty())
@@ -140,6 +231,8 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
       request.ops.push_back(op);
     request.extra_sizes.emplace_back(op, op->parse_shape(item.substr(colon + 1)));
   }
+  LoopKernelStage stage;
+  if (!flags.workspace.empty()) add_loop_overrides(flags.workspace, info, stage, request);
   if (request.ops.empty()) throw UsageError("nothing to export: no op named or found in the plan");
 
   const ExportPlan plan = make_export_plan(request, info);
@@ -160,7 +253,7 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
       const ExportVariant& v = op.variants[r.variant];
       fmt::print("{:<22} {:<6} {:<20} {:<28} {}{}\n", op.op->name(), dtype_name(op.dtype),
                  op.op->format_shape(r.sizes), v.symbol, r.choice,
-                 r.source == "plan" ? " [plan]" : "");
+                 r.source == "table" ? "" : fmt::format(" [{}]", r.source));
     }
   }
   fmt::print("{} export for {}: {} files in {}\n", target->name(), plan.device_key, written.size(),

@@ -18,6 +18,7 @@ struct ExportFlags {
   std::string plan_path;            // `kforge plan --json`: the model's shapes
   std::vector<std::string> shapes;  // OP:SHAPE, e.g. rmsnorm:4096x4096
   bool no_table_sizes = false;      // only the plan's and --shape's sizes
+  std::string workspace;            // a loop workspace: each task's kept best, at its size
   std::string ceilings_path;        // the device, for a machine without it
   std::string arch;
   std::string out;

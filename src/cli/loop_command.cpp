@@ -17,6 +17,7 @@
 #include "loop/brief.h"
 #include "loop/experiment.h"
 #include "loop/journal.h"
+#include "loop/workspace.h"
 #include "ops/op_spec.h"
 
 namespace kforge {
@@ -71,26 +72,6 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
 }
 
 namespace {
-
-// The task folders of a workspace (those holding a task.json), in name order (the plan's rank).
-std::vector<fs::path> task_dirs(const fs::path& workspace) {
-  if (!fs::is_directory(workspace)) {
-    throw UsageError(fmt::format("{} is not a workspace directory", workspace.string()));
-  }
-  std::vector<fs::path> dirs;
-  for (const auto& entry : fs::directory_iterator(workspace)) {
-    if (entry.is_directory() && fs::exists(entry.path() / "task.json"))
-      dirs.push_back(entry.path());
-  }
-  std::sort(dirs.begin(), dirs.end());
-  if (dirs.empty()) {
-    throw UsageError(
-        fmt::format("{} has no task folders (task.json): make them with `kforge "
-                    "plan PROFILE --extract N --workspace {}`",
-                    workspace.string(), workspace.string()));
-  }
-  return dirs;
-}
 
 // The plan's figures for a task (task.json from `kforge plan --extract`): its share of the run
 // and the whole-run gain if it reached its roofline bound; 0 and 1 where the file has none.
@@ -242,7 +223,7 @@ int print_status(const LoopFlags& flags, const std::vector<fs::path>& dirs) {
 }  // namespace
 
 int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
-  const std::vector<fs::path> dirs = task_dirs(flags.workspace);
+  const std::vector<fs::path> dirs = workspace_task_dirs(flags.workspace);
   if (flags.status) return print_status(flags, dirs);
   const WorkspaceLock lock(flags.workspace);
   const std::string backend = pick_backend(device, nullptr);

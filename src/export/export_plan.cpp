@@ -133,6 +133,16 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
       for (const auto& [extra_op, extra] : request.extra_sizes) {
         if (extra_op == op) add(extra, "plan");
       }
+      const auto override_at = [&](const Sizes& problem) -> const ExportOverride* {
+        for (const ExportOverride& o : request.overrides) {
+          if (o.op == op && o.dtype == dtype && key_sizes(key, o.sizes) == key_sizes(key, problem))
+            return &o;
+        }
+        return nullptr;
+      };
+      for (const ExportOverride& o : request.overrides) {
+        if (o.op == op && o.dtype == dtype) add(o.sizes, "loop");
+      }
       if (sizes.empty()) {
         throw UsageError(fmt::format(
             "{} {}: no sizes to export (no table for {} and no plan shapes): tune it first "
@@ -141,9 +151,16 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
       }
 
       for (const auto& [problem, source] : sizes) {
-        const LibraryChoice choice = library_choice(*op, problem, dtype, device);
-        const std::string reason = choice.describe();
-        out.untuned_device = out.untuned_device || choice.untuned_device();
+        LibraryChoice choice;
+        std::string reason;
+        if (const ExportOverride* o = override_at(problem)) {
+          choice.file = o->file;  // its own defaults
+          reason = o->reason;
+        } else {
+          choice = library_choice(*op, problem, dtype, device);
+          reason = choice.describe();
+          out.untuned_device = out.untuned_device || choice.untuned_device();
+        }
         auto loaded = files.find(choice.file);
         if (loaded == files.end())
           loaded = files.emplace(choice.file, KernelFile::load(choice.file)).first;

@@ -71,13 +71,24 @@ struct ExportPlan {
   nlohmann::json to_json() const;
 };
 
+// A kernel file to export for one size in place of the library's choice: a loop task's best
+// (`kforge export --workspace`), compiled with its own defaults.
+struct ExportOverride {
+  const OpSpec* op = nullptr;
+  DType dtype = DType::bf16;
+  Sizes sizes;  // completed
+  std::filesystem::path file;
+  std::string reason;  // for the export's table, e.g. "loop task-01-rmsnorm: 1.42x"
+};
+
 struct ExportRequest {
   std::vector<const OpSpec*> ops;
   std::vector<DType> dtypes;
   // Sizes beyond the tables' (a plan's shapes), by op name; each is completed by the op spec.
   std::vector<std::pair<const OpSpec*, Sizes>> extra_sizes;
-  bool table_sizes = true;  // every size of the device's table, too
-  std::string arch;         // empty: the device's default
+  bool table_sizes = true;                // every size of the device's table, too
+  std::vector<ExportOverride> overrides;  // sizes run by a given file (each exported too)
+  std::string arch;                       // empty: the device's default
 };
 
 // Where each of `op`'s size names is read from; throws UsageError when a size is not the

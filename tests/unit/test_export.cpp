@@ -16,6 +16,7 @@
 #include "core/process.h"
 #include "device/ceilings.h"
 #include "export/export_target.h"
+#include "loop/journal.h"
 #include "ops/op_spec.h"
 #include "profile/cupti_import.h"
 #include "profile/planner.h"
@@ -413,6 +414,57 @@ TEST(ExportPlan, TakesAModelsShapesFromItsPlan) {
                             row->choice.find("defaults") == std::string::npos;
     EXPECT_EQ(row->source, tuned_here ? "table" : "plan") << op.op->name() << ": " << row->choice;
   }
+}
+
+}  // namespace
+}  // namespace kforge
+
+namespace kforge {
+namespace {
+
+// `kforge export --workspace WS`: a task with a kept experiment exports its best file at its
+// size (named after the task), beside the library's variants at the tables' sizes; a task with
+// nothing kept is left to the library, and says so.
+TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
+  const fs::path dir = test::temp_dir("export-workspace");
+  const fs::path ws = dir / "ws";
+  const fs::path kept_task = ws / "task-01-rmsnorm";
+  const fs::path idle_task = ws / "task-02-softmax";
+  fs::create_directories(kept_task);
+  fs::create_directories(idle_task);
+  std::ofstream(kept_task / "task.json")
+      << R"({"op": "rmsnorm", "shape": "3000x1000", "dtype": "bf16"})";
+  std::ofstream(idle_task / "task.json")
+      << R"({"op": "softmax", "shape": "3000x1000", "dtype": "bf16"})";
+  const fs::path starter = library_kernels_dir() / starter_kernel("rmsnorm", true);
+  {
+    TaskJournal journal = TaskJournal::open(kept_task, starter);
+    journal.begin(test::read_text(starter) + "// kept by the loop\n", "scripted", "a marker");
+    ExperimentRecord kept;
+    kept.verdict = "KEEP";
+    kept.kept = true;
+    kept.time_us = 8;
+    kept.fields["best"] = {{"median_us", 10.0}};
+    journal.finish(kept);
+  }
+  const fs::path out = dir / "export";
+  const CommandResult r = run_command(
+      {test::kforge_binary(), "export", "--workspace", ws.string(), "--ceilings",
+       (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string(), "--out",
+       out.string()});
+  ASSERT_TRUE(r.ok()) << r.output;
+  EXPECT_NE(r.output.find("task-02-softmax (softmax 3000x1000): nothing kept"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("3000x1000            kforge_rmsnorm_bf16_v"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("loop task-01-rmsnorm: 8.00 us, 1.25x its start [loop]"),
+            std::string::npos)
+      << r.output;
+  const std::string exported = "loop_task-01-rmsnorm_" + starter.filename().string();
+  EXPECT_NE(test::read_text(out / "kernels" / "rmsnorm" / exported).find("// kept by the loop"),
+            std::string::npos);
+  EXPECT_EQ(r.output.find("\nsoftmax "), std::string::npos)
+      << "softmax was not asked for and has nothing kept: " << r.output;
 }
 
 }  // namespace
