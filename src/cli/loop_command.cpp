@@ -341,12 +341,17 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
         }
         Task& target = *t;
         const auto began = std::chrono::steady_clock::now();
+        // The reverts rule counts this run's experiments: a new run (another proposer, say)
+        // gets its own chance; the speedup and roofline rules read the whole history.
+        const size_t first_in_run = target.journal.records().size();
         for (;;) {
           const auto& history = target.journal.records();
           const double elapsed =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+          const std::vector<ExperimentRecord> this_run(
+              history.begin() + static_cast<std::ptrdiff_t>(first_in_run), history.end());
           const std::string reason =
-              move_on_reason(rules, history, best_speedup(history),
+              move_on_reason(rules, this_run, best_speedup(history),
                              best_timing(history).value("roofline_fraction", 0.0), elapsed);
           if (!reason.empty()) {
             fmt::print("[{}] moving on: {}\n", target.dir.filename().string(), reason);

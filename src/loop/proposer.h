@@ -76,6 +76,7 @@ std::unique_ptr<Proposer> make_proposer(const std::string& spec);
 std::vector<std::string> proposer_names();
 
 // Why the loop should leave the task now ("5 experiments in a row not kept", ...), or empty.
+// `history`: the experiments the reverts rule counts (the loop passes this run's).
 // `best_roofline`: the best's share of its roofline bound (0: unknown).
 std::string move_on_reason(const MoveOnRules& rules, const std::vector<ExperimentRecord>& history,
                            double best_speedup, double best_roofline, double elapsed_seconds);
