@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
@@ -148,7 +149,16 @@ std::string with_file_headers(const std::string& diff, const std::string& file_n
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& line = lines[i];
-    if (line.rfind("diff --git", 0) == 0 || line.rfind("index ", 0) == 0) continue;
+    // git's extended headers (modes, renames, copies, binary patches) could touch other files
+    // of the scratch repository; only the hunks of the one file are applied.
+    static const char* const dropped[] = {
+        "diff --git",        "index ",        "old mode",         "new mode",
+        "deleted file mode", "new file mode", "rename from",      "rename to",
+        "copy from",         "copy to",       "similarity index", "dissimilarity index",
+        "GIT binary patch",  "Binary files"};
+    if (std::any_of(std::begin(dropped), std::end(dropped),
+                    [&](const char* prefix) { return line.rfind(prefix, 0) == 0; }))
+      continue;
     if (line.rfind("--- ", 0) == 0 && i + 1 < lines.size() && lines[i + 1].rfind("+++ ", 0) == 0) {
       out += fmt::format("--- a/{}\n+++ b/{}\n", file_name, file_name);
       ++i;

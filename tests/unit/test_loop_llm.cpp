@@ -272,6 +272,16 @@ TEST(ParseReply, TakesAWholeFileOrADiffAndSaysWhyNot) {
   EXPECT_NE(diff.source.find("int b = 7;"), std::string::npos) << diff.source;
   EXPECT_NE(diff.source.find("int c = 3;"), std::string::npos);
 
+  // A diff's extended headers cannot rename the file or add another.
+  const ParsedReply renaming = parse_reply(
+      "```diff\ndiff --git a/k.cpp b/../evil.cpp\nrename from k.cpp\nrename to ../evil.cpp\n--- "
+      "a/k.cpp\n+++ b/../evil.cpp\n@@ -4,3 +4,3 @@\n int a = 1;\n-int b = 2;\n+int b = 8;\n int c "
+      "= "
+      "3;\n```\n",
+      kFile, "k.cpp");
+  EXPECT_EQ(renaming.failure, "");
+  EXPECT_NE(renaming.source.find("int b = 8;"), std::string::npos) << renaming.source;
+
   const ParsedReply stale = parse_reply(
       "```diff\n--- a/k.cpp\n+++ b/k.cpp\n@@ -4,2 +4,2 @@\n int a = 9;\n-int b = 2;\n+int b = "
       "7;\n```\n",
