@@ -2,9 +2,11 @@
 // the task's current best in the same run, and the keep rule.
 //
 // The keep rule: the proposal passed every stage and its timing, and compare_timings() (both
-// medians' standard errors and noise, bench/statistics.h) finds it FASTER than the best by more
-// than `min_gain` (1% by default, AutoKernel's threshold). The best is timed again beside every
-// proposal, so drift between experiments cannot pass for a gain.
+// medians' standard errors and noise, bench/statistics.h) finds it FASTER by more than
+// `min_gain` (1% by default, AutoKernel's threshold) than the best timed just before it and
+// again just after it (A B A). The best is timed beside every proposal, so drift between
+// experiments cannot pass for a gain, and on both sides of it, so drift within one cannot
+// either. A proposal identical to the best is UNCHANGED: timed once, never compared.
 #pragma once
 
 #include <filesystem>
@@ -38,7 +40,8 @@ struct EvaluationOptions {
 };
 
 // Evaluates `proposal` against `best` (the journal's current kernel file). The record's verdict
-// is "KEEP", "REVERT" (correct, not faster by the rule), or the first failure: "BAD_FILE" (not a
+// is "KEEP", "REVERT" (correct, not faster by the rule), "UNCHANGED" (the best byte for byte),
+// or the first failure: "BAD_FILE" (not a
 // kernel file of the task's op), or the check's or the timing's verdict ("COMPILE_ERROR",
 // "WRONG", "CRASH", "TIMEOUT", "INVALID", ...). Its fields carry the failing stage and the
 // failure, or both timings with their spreads and the comparison.

@@ -115,7 +115,8 @@ class TunerProposer final : public Proposer {
   static constexpr double kFailed = std::numeric_limits<double>::infinity();
 
   static double cost(const ExperimentRecord& r) {
-    return (r.verdict == "KEEP" || r.verdict == "REVERT") && r.time_us > 0 ? r.time_us : kFailed;
+    const bool timed = r.verdict == "KEEP" || r.verdict == "REVERT" || r.verdict == "UNCHANGED";
+    return timed && r.time_us > 0 ? r.time_us : kFailed;
   }
 
   void start(const ProposalContext& context) {
