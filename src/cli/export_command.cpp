@@ -233,6 +233,22 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
   }
   LoopKernelStage stage;
   if (!flags.workspace.empty()) add_loop_overrides(flags.workspace, info, stage, request);
+  // Ops a plan or a workspace brought that the target cannot carry are left to the model's own
+  // op, and said; an op named on the command line must be carried.
+  std::erase_if(request.ops, [&](const OpSpec* op) {
+    if (target->serves(*op)) return false;
+    const bool named = std::any_of(flags.ops.begin(), flags.ops.end(), [&](const std::string& s) {
+      const auto ops = ops_named(s);
+      return std::find(ops.begin(), ops.end(), op) != ops.end();
+    });
+    if (named)
+      throw UsageError(fmt::format("the {} target has no op {} yet", target->name(), op->name()));
+    progress_line(
+        fmt::format("{}: not exported (the {} target has no such op yet; the model's "
+                    "own op runs there)",
+                    op->name(), target->name()));
+    return true;
+  });
   if (request.ops.empty()) throw UsageError("nothing to export: no op named or found in the plan");
 
   const ExportPlan plan = make_export_plan(request, info);

@@ -25,6 +25,11 @@ class ExportTarget {
   virtual ~ExportTarget() = default;
   virtual std::string_view name() const = 0;
   virtual std::string_view description() const = 0;
+  // Whether the target can carry `op` (a target may serve only some ops).
+  virtual bool serves(const OpSpec& op) const {
+    (void)op;
+    return true;
+  }
   // Writes the export of `plan` into `out`, a directory that does not exist or is empty, and
   // returns the files written, relative to `out`.
   virtual std::vector<std::filesystem::path> write(const ExportPlan& plan,

@@ -11,11 +11,14 @@
 //   OUT/kforge_ops/manifest.json       the plan: device, variants with their module files, rows
 //   OUT/kforge_ops/modules/<symbol>.so the compiled variants, as kforge built and checked them
 #include <map>
+#include <regex>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "compile/compiler.h"
 #include "core/error.h"
+#include "core/json_file.h"
 #include "export/export_target.h"
 
 namespace kforge {
@@ -86,8 +89,32 @@ class TorchTarget final : public ExportTarget {
            "fake implementations and patch(model)";
   }
 
+  // The ops the extension registers: its KFORGE_OPS list, read from the extension's source so
+  // that the list is written once.
+  bool serves(const OpSpec& op) const override {
+    static const std::set<std::string> served = [] {
+      const std::string source = read_text_file(torch_support_dir() / "kforge_ops.cpp");
+      const size_t begin = source.find("#define KFORGE_OPS(X)");
+      const size_t end = source.find("// clang-format on", begin);
+      if (begin == std::string::npos || end == std::string::npos)
+        throw Error("the torch extension's source has no KFORGE_OPS list");
+      const std::string list = source.substr(begin, end - begin);
+      std::set<std::string> names;
+      const std::regex item("X\\((\\w+)\\)");
+      for (auto it = std::sregex_iterator(list.begin(), list.end(), item);
+           it != std::sregex_iterator(); ++it)
+        names.insert((*it)[1].str());
+      return names;
+    }();
+    return served.count(std::string(op.name())) > 0;
+  }
+
   std::vector<fs::path> write(const ExportPlan& plan, const ExportContext& context,
                               const fs::path& out) const override {
+    for (const ExportOp& op : plan.ops) {
+      if (!serves(*op.op))
+        throw UsageError(fmt::format("the torch target has no op {} yet", op.op->name()));
+    }
     std::vector<fs::path> written;
     const fs::path support = torch_support_dir();
     copy_export_file(support / "kforge_ops.cpp", out, "csrc/kforge_ops.cpp", written);

@@ -465,6 +465,27 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
             std::string::npos);
   EXPECT_EQ(r.output.find("\nsoftmax "), std::string::npos)
       << "softmax was not asked for and has nothing kept: " << r.output;
+
+  // The torch target leaves out an op it has no torch op for (here from --shape), and refuses
+  // one named on the command line.
+  const std::string ceilings =
+      (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string();
+  const CommandResult torch = run_command(
+      {test::kforge_binary(), "export", "--workspace", ws.string(), "--target", "torch", "--shape",
+       "fused_mlp:256x128x512", "--ceilings", ceilings, "--out", (dir / "torch").string()});
+  ASSERT_TRUE(torch.ok()) << torch.output;
+  EXPECT_NE(torch.output.find("fused_mlp: not exported (the torch target has no such op yet"),
+            std::string::npos)
+      << torch.output;
+  for (const nlohmann::json& op :
+       read_json_file(dir / "torch" / "kforge_ops" / "manifest.json").at("ops"))
+    EXPECT_NE(op.value("op", ""), "fused_mlp");
+  const CommandResult named =
+      run_command({test::kforge_binary(), "export", "fused_mlp", "--target", "torch", "--ceilings",
+                   ceilings, "--out", (dir / "named").string()});
+  EXPECT_FALSE(named.ok());
+  EXPECT_NE(named.output.find("the torch target has no op fused_mlp yet"), std::string::npos)
+      << named.output;
 }
 
 }  // namespace
