@@ -242,10 +242,23 @@ std::optional<nlohmann::json> read_experiment_under_way(const fs::path& task_dir
   }
 }
 
+std::string TaskJournal::proposal_diff(int number) const {
+  // The best as it stands (the repository's file) against the proposal, as `git diff` shows
+  // it, with both sides named after the kernel file; cut at 64 KiB.
+  const CommandResult r = run_command(
+      {"git", "diff", "--no-index", "--no-color", "--unified=3", "--src-prefix=best/",
+       "--dst-prefix=proposal/", kernel_path().string(), proposal_path(number).string()},
+      std::chrono::minutes(1));
+  if (r.timed_out || r.signal != 0 || r.exit_code > 1) return "";
+  constexpr size_t kMaxDiff = 64 * 1024;
+  return r.output.size() > kMaxDiff ? r.output.substr(0, kMaxDiff) + "\n[cut]\n" : r.output;
+}
+
 ExperimentRecord TaskJournal::finish(ExperimentRecord record) {
   if (!fs::exists(pending_path())) throw Error("no experiment is under way");
   record.number = read_json_file(pending_path()).at("experiment").get<int>();
   if (!record.kept) record.commit = head();
+  if (!record.fields.contains("diff")) record.fields["diff"] = proposal_diff(record.number);
   write_json_atomically(experiment_dir(record.number) / "record.json", record.to_json());
   complete(record);
   return records_.back();

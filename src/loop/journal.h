@@ -26,7 +26,8 @@
 namespace kforge {
 
 // What one experiment came to. `fields` holds the rest of the record (times and spreads,
-// failing stage, mismatches, compiler log, resources, proposer's tokens and cost, diff...).
+// failing stage, mismatches, compiler log, resources, proposer's tokens and cost, and the diff
+// of the proposal against the best, which finish() adds).
 struct ExperimentRecord {
   int number = 0;
   std::string verdict;  // "KEEP", "REVERT", "COMPILE_ERROR", "WRONG", "CRASH", ...
@@ -98,6 +99,7 @@ class TaskJournal {
   void recover();
   void complete(ExperimentRecord record);  // commit (once) and log (once), then clear pending
   void load_records();
+  std::string proposal_diff(int number) const;  // the best against the proposal, unified
 
   std::filesystem::path dir_;
   std::string kernel_name_;  // the kernel file's name in repo/

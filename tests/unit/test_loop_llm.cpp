@@ -171,6 +171,10 @@ TEST(LoopLlm, KeepsRevertsAndLogsEachRecordedReplyAndResumesAfterAKill) {
   ASSERT_EQ(records.size(), 7u) << resumed.output;
   EXPECT_EQ(records[0].verdict, "KEEP");
   EXPECT_EQ(records[0].note, "drop the busy-wait in the row loop");
+  // Each record carries its proposal's diff against the best it was measured against.
+  EXPECT_NE(records[0].fields.value("diff", "").find("-    for (volatile int spin = 0;"),
+            std::string::npos)
+      << records[0].fields.value("diff", "");
   EXPECT_EQ(records[1].verdict, "COMPILE_ERROR");
   EXPECT_EQ(records[1].note, "accumulate with a typo (resumed)");
   EXPECT_EQ(records[2].verdict, "WRONG");
