@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/run_info.h"
+#include "core/temp_directory.h"
 #include "device/ceilings.h"
 #include "export/export_target.h"
 #include "loop/workspace.h"
@@ -98,20 +99,9 @@ std::vector<const OpSpec*> requested_ops(const ExportFlags& flags, const DeviceI
 // may both have changed the same starter) beside their op's library headers; removed at exit.
 class LoopKernelStage {
  public:
-  LoopKernelStage()
-      : dir_(fs::temp_directory_path() / fmt::format("kforge-loop-export-{}", ::getpid())) {
-    fs::remove_all(dir_);
-  }
-  ~LoopKernelStage() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  LoopKernelStage(const LoopKernelStage&) = delete;
-  LoopKernelStage& operator=(const LoopKernelStage&) = delete;
-
   fs::path add(const TaskBest& best) {
     const std::string op(best.task.op->name());
-    const fs::path folder = dir_ / op;
+    const fs::path folder = dir_.path() / op;
     if (!fs::exists(folder)) {
       fs::create_directories(folder);
       for (const auto& entry : fs::directory_iterator(library_kernels_dir() / op)) {
@@ -127,7 +117,7 @@ class LoopKernelStage {
   }
 
  private:
-  fs::path dir_;
+  TempDirectory dir_{"kforge-loop-export"};
 };
 
 // The loop's bests worth exporting: tasks with a kept experiment in a CUDA kernel file, faster

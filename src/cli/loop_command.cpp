@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "core/text.h"
 #include "device/ceilings.h"
 #include "loop/brief.h"
 #include "loop/experiment.h"
@@ -298,7 +299,9 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
         failed.verdict = fields["failed_proposal"].value("verdict", "BAD_REPLY");
         failed.fields = {{"failing_stage", "propose"},
                          {"detail", fields["failed_proposal"].value("detail", "")}};
-        finish(t, failed, note, proposed_by, fields);
+        nlohmann::json rest = fields;  // the verdict and detail are the record's own now
+        rest.erase("failed_proposal");
+        finish(t, failed, note, proposed_by, rest);
         return;
       }
       finish(t,
@@ -361,8 +364,8 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
           const fs::path kernel = target.journal.kernel_path();
           const std::string current = read_text_file(kernel);
           const std::string name = target.dir.filename().string();
-          const auto proposal = proposer->next(
-              {name, target.task, device_info, ceilings, rules, kernel, current, history});
+          const auto proposal = proposer->next({name, target.task, device_info, ceilings, rules,
+                                                kernel, current, history, progress_line});
           if (!proposal) {
             fmt::print("[{}] moving on: the {} proposer {}\n", name, proposer->name(),
                        proposer->why_done());

@@ -12,6 +12,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "core/run_info.h"
+#include "core/temp_directory.h"
 #include "profile/cupti_import.h"
 #include "profile/injected_run.h"
 #include "profile/summary.h"
@@ -21,33 +22,6 @@ namespace kforge {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Where the processes of one run write their raw files; removed afterwards unless kept.
-class RawDirectory {
- public:
-  RawDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "kforge-profile-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) {
-      throw Error(
-          fmt::format("cannot create a directory for raw profiles: {}", std::strerror(errno)));
-    }
-    path_ = pattern;
-  }
-  ~RawDirectory() {
-    if (keep_) return;
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  RawDirectory(const RawDirectory&) = delete;
-  RawDirectory& operator=(const RawDirectory&) = delete;
-
-  const fs::path& path() const { return path_; }
-  void keep() { keep_ = true; }
-
- private:
-  fs::path path_;
-  bool keep_ = false;
-};
 
 // The shell's convention: 128 + N for a command ended by signal N.
 int exit_code_of(const ExitStatus& status) {
@@ -104,7 +78,8 @@ int cmd_profile(const ProfileFlags& flags, const std::vector<std::string>& argv)
   }
   if (flags.skip > 0 && flags.range.empty()) throw UsageError("profile: --skip needs --range");
   InjectionPaths paths = find_injection_paths(fs::read_symlink("/proc/self/exe").parent_path());
-  RawDirectory raw;
+  // Where the processes of one run write their raw files; removed afterwards unless kept.
+  TempDirectory raw("kforge-profile");
   if (flags.keep_raw) raw.keep();
   if (flags.torch) {
     paths.python_directory = raw.path() / "python";

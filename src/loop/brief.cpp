@@ -4,19 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
 #include "ops/op_spec.h"
 
 namespace kforge {
-
-std::string first_lines(const std::string& text, size_t lines) {
-  size_t end = 0;
-  for (size_t i = 0; i < lines; ++i) {
-    end = text.find('\n', end);
-    if (end == std::string::npos) return text;
-    ++end;
-  }
-  return text.substr(0, end - 1);
-}
 
 std::string task_brief(const BriefInputs& in) {
   const OpSpec& op = *in.task.op;

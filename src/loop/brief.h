@@ -30,7 +30,4 @@ struct BriefInputs {
 
 std::string task_brief(const BriefInputs& in);
 
-// The first `lines` lines of `text`, without the newline after them.
-std::string first_lines(const std::string& text, size_t lines = 1);
-
 }  // namespace kforge

@@ -1,9 +1,6 @@
 #include "loop/llm_proposer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -14,6 +11,8 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "core/process.h"
+#include "core/temp_directory.h"
+#include "core/text.h"
 #include "loop/brief.h"
 #include "loop/chat_client.h"
 
@@ -108,11 +107,7 @@ LlmConfig read_config(const std::string& path) {
 std::vector<std::pair<std::string, std::string>> fenced_blocks(const std::string& text) {
   std::vector<std::pair<std::string, std::string>> blocks;
   std::optional<std::pair<std::string, std::string>> open;
-  size_t begin = 0;
-  while (begin < text.size()) {
-    size_t end = text.find('\n', begin);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(begin, end - begin);
+  for (const std::string& line : split_lines(text)) {
     const size_t indent = line.find_first_not_of(" \t");
     const bool fence = indent != std::string::npos && line.compare(indent, 3, "```") == 0;
     if (fence && !open) {
@@ -125,7 +120,6 @@ std::vector<std::pair<std::string, std::string>> fenced_blocks(const std::string
     } else if (open) {
       open->second += line + "\n";
     }
-    begin = end + 1;
   }
   return blocks;
 }
@@ -138,14 +132,7 @@ bool looks_like_diff(const std::string& info, const std::string& body) {
 
 // The diff with its file headers naming `file_name` (a model names the file as it likes).
 std::string with_file_headers(const std::string& diff, const std::string& file_name) {
-  std::vector<std::string> lines;
-  size_t begin = 0;
-  while (begin < diff.size()) {
-    size_t end = diff.find('\n', begin);
-    if (end == std::string::npos) end = diff.size();
-    lines.push_back(diff.substr(begin, end - begin));
-    begin = end + 1;
-  }
+  const std::vector<std::string> lines = split_lines(diff);
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string& line = lines[i];
@@ -172,18 +159,8 @@ std::string with_file_headers(const std::string& diff, const std::string& file_n
 // Applies `diff` to `current` with git apply, in a scratch repository of its own.
 ParsedReply apply_diff(const std::string& diff, const std::string& current,
                        const std::string& file_name) {
-  static std::atomic<int> counter{0};
-  const fs::path dir = fs::temp_directory_path() /
-                       fmt::format("kforge-apply-{}-{}", ::getpid(), counter.fetch_add(1));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{dir};
+  const TempDirectory scratch("kforge-apply");
+  const fs::path& dir = scratch.path();
   write_text_atomically(dir / file_name, current);
   write_text_atomically(dir / "reply.diff", with_file_headers(diff, file_name));
   const CommandResult init = run_command({"git", "-C", dir.string(), "init", "-q"});
@@ -203,12 +180,7 @@ ParsedReply apply_diff(const std::string& diff, const std::string& current,
 std::string reply_note(const std::string& reply) {
   std::string first;
   bool in_block = false;
-  size_t begin = 0;
-  while (begin < reply.size()) {
-    size_t end = reply.find('\n', begin);
-    if (end == std::string::npos) end = reply.size();
-    std::string line = reply.substr(begin, end - begin);
-    begin = end + 1;
+  for (std::string line : split_lines(reply)) {
     const size_t start = line.find_first_not_of(" \t*#>-");
     if (start == std::string::npos) continue;
     line = line.substr(start);
@@ -287,10 +259,10 @@ class LlmProposer final : public Proposer {
         file_name, code_language(context.kernel_path), context.current);
     const std::vector<ChatMessage> messages = {{"system", system_prompt(playbook_)},
                                                {"user", user}};
-    fmt::print(stderr, "[{}] asking {} for experiment {}\n", context.task_name, config_.chat.model,
-               context.history.size() + 1);
+    context.progress(fmt::format("[{}] asking {} for experiment {}", context.task_name,
+                                 config_.chat.model, context.history.size() + 1));
     const ChatReply reply = chat_completion(config_.chat, messages, [&](const std::string& line) {
-      fmt::print(stderr, "[{}] {}\n", context.task_name, line);
+      context.progress(fmt::format("[{}] {}", context.task_name, line));
     });
 
     Proposal p;

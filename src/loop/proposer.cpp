@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/json_file.h"
+#include "core/text.h"
 #include "loop/llm_proposer.h"
 #include "tune/strategy.h"
 #include "tune/tuner.h"
@@ -57,15 +58,7 @@ class ScriptedProposer final : public Proposer {
 // The file's text with each tunable's default set to `values` (its `param:` header line).
 std::string with_defaults(const std::string& source, const KernelFile& file,
                           const ParamValues& values) {
-  std::vector<std::string> lines;
-  size_t begin = 0;
-  while (begin <= source.size()) {
-    const size_t end = source.find('\n', begin);
-    lines.push_back(
-        source.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
-    if (end == std::string::npos) break;
-    begin = end + 1;
-  }
+  std::vector<std::string> lines = split_lines(source);
   for (const TunableParam& param : file.params) {
     std::string& line = lines.at(static_cast<size_t>(param.line - 1));
     const std::regex pattern("\\b" + param.name + "\\s*=\\s*(\\S+)\\s+in\\b");
@@ -77,7 +70,7 @@ std::string with_defaults(const std::string& source, const KernelFile& file,
   }
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i)
-    out += lines[i] + (i + 1 < lines.size() ? "\n" : "");
+    out += lines[i] + (i + 1 < lines.size() || source.ends_with('\n') ? "\n" : "");
   return out;
 }
 

@@ -48,6 +48,7 @@ struct ProposalContext {
   const std::filesystem::path& kernel_path;      // the task's kernel file (its name, backend)
   const std::string& current;                    // the task's kernel file now (its best)
   const std::vector<ExperimentRecord>& history;  // finished experiments, oldest first
+  const ProgressFn& progress;                    // lines for a person following the loop
 };
 
 struct Proposal {
