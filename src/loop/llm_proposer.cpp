@@ -276,21 +276,13 @@ class LlmProposer final : public Proposer {
                        {"attempts", reply.attempts},
                        {"http_status", reply.http_status},
                        {"prompt_chars", messages[0].content.size() + messages[1].content.size()}};
-    switch (reply.outcome) {
-      case ChatReply::Outcome::kNoAnswer:
-        p.failure_verdict = "NO_REPLY";
-        p.failure = reply.error;
-        p.source = reply.body;
-        p.note = "no reply";
-        return p;
-      case ChatReply::Outcome::kMalformed:
-        p.failure_verdict = "BAD_REPLY";
-        p.failure = reply.error;
-        p.source = reply.body;
-        p.note = "malformed reply";
-        return p;
-      case ChatReply::Outcome::kAnswered:
-        break;
+    if (reply.outcome != ChatReply::Outcome::kAnswered) {
+      const bool malformed = reply.outcome == ChatReply::Outcome::kMalformed;
+      p.failure_verdict = malformed ? "BAD_REPLY" : "NO_REPLY";
+      p.failure = reply.error;
+      p.source = reply.body;
+      p.note = malformed ? "malformed reply" : "no reply";
+      return p;
     }
     const std::string content = mask_secret(reply.content, config_.chat.api_key);
     ParsedReply parsed = parse_reply(content, context.current, file_name);
