@@ -9,8 +9,10 @@ traces through it (fake implementations); a backward through it is an error nami
 a CUDA graph it replays. Then the host overhead of a covered call over the module alone.
 Prints one line per check and exits non-zero on any failure.
 """
+import gc
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -115,12 +117,13 @@ for entry in kforge_ops.manifest["ops"]:
         torch.cuda.synchronize()
         check(f"{op}: replays in a CUDA graph", torch.equal(captured, call(op, static)))
 
-# Dispatch overhead, on the smallest exported size (where the host, not the GPU, sets the pace):
-# the module's kforge_run alone against the op through the extension, both timed in C++ (their
-# difference is what the dispatch adds: the table lookup, the ABI arguments and the output's
-# allocation); then the op called from Python beside one ATen kernel called from Python
-# (torch.neg, which also allocates its output), for the cost a Python caller sees. Printed, not
-# checked: the goal (under 2 us) is a benchmark's.
+# Dispatch overhead, on the smallest exported size: the module's kforge_run alone against the op
+# through the extension, both timed in C++ (their difference is what the dispatch adds: the
+# table lookup, the ABI arguments and the output's allocation); then the op called from Python
+# beside one ATen kernel called from Python (torch.neg, which also allocates its output), for
+# the cost a Python caller sees. Every figure is host time per call, taken while a sleep kernel
+# holds the GPU, so that the GPU's pace never sets the host's. Printed, not checked: the goal
+# (under 2 us) is a benchmark's.
 _, small, row = min(((math.prod(r["sizes"].values()), i, r) for i, e in enumerate(kforge_ops.manifest["ops"])
                     for r in e["rows"]), key=lambda c: (c[0], c[1]))
 small = kforge_ops.manifest["ops"][small]
@@ -130,27 +133,40 @@ tensors = [a for a in args if torch.is_tensor(a)]
 scalars = [float(a) for a in args if not torch.is_tensor(a)]
 
 
-def python_us_per_call(fn, n=5000):
+def python_us_per_call(fn, calls=256, rounds=9):
+    """Median host microseconds per call of fn over `rounds` rounds of `calls` calls issued while
+    the GPU sleeps (a round that found the GPU idle is timed again with a longer sleep)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    per_call = (time.perf_counter() - start) / n * 1e6
-    torch.cuda.synchronize()
-    return per_call
+    cycles, times = 20_000_000, []
+    gc.disable()
+    try:
+        while len(times) < rounds:
+            torch.cuda._sleep(cycles)
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            stop = time.perf_counter()
+            held = not torch.cuda.current_stream().query()
+            torch.cuda.synchronize()
+            if held:
+                times.append((stop - start) / calls * 1e6)
+            else:
+                cycles *= 2
+    finally:
+        gc.enable()
+    return statistics.median(times)
 
 
 with torch.inference_mode():
-    rounds = [kforge_ops._C.host_us_per_call(op, tensors, scalars, 20000) for _ in range(3)]
-    module_us, op_us, lookup_us, alloc_us = (min(r[i] for r in rounds) for i in range(4))
+    module_us, op_us, lookup_us, alloc_us = kforge_ops._C.host_us_per_call(op, tensors, scalars, 9)
     kforge_ops.reset_stats()
-    python_us = min(python_us_per_call(lambda: call(op, args)) for _ in range(3))
+    python_us = python_us_per_call(lambda: call(op, args))
     ran_kforge = "kforge" in kforge_ops.stats().get(op, {})
-    neg_us = min(python_us_per_call(lambda: torch.neg(args[0])) for _ in range(3))
+    neg_us = python_us_per_call(lambda: torch.neg(args[0]))
     direct = getattr(kforge_ops._C, op)
-    direct_us = min(python_us_per_call(lambda: direct(*args)) for _ in range(3))
+    direct_us = python_us_per_call(lambda: direct(*args))
 print(f"dispatch overhead, {op} {row['shape']}: module alone {module_us:.2f} us, op through the "
       f"extension {op_us:.2f} us: {op_us - module_us:+.2f} us per call (goal: under 2 us); of it, "
       f"the table lookup {lookup_us:.2f} us, the output's allocation {alloc_us:.2f} us")

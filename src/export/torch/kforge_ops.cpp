@@ -19,6 +19,7 @@
 // manifest; calls only read them.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -28,12 +29,16 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/EmptyTensor.h>
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/extension.h>
 
 #include "kforge/kernel.h"
@@ -247,10 +252,12 @@ at::Tensor try_kforge(OpTable& table, const char* op, Inputs inputs, c10::ArrayR
   const char* why = nullptr;
   const Row* row = covering_row(table, inputs, why);
   if (row != nullptr) {
-    at::Tensor output = make_output();
-    // Switch devices only when the call's is not current (a guard costs runtime calls).
+    // Switch devices only when the call's is not current (a guard costs runtime calls); the
+    // output is then allocated on the current device.
+    const at::Device device = inputs.begin()->get().device();
     std::optional<c10::cuda::CUDAGuard> guard;
-    if (c10::cuda::current_device() != output.device().index()) guard.emplace(output.device());
+    if (c10::cuda::current_device() != device.index()) guard.emplace(device);
+    at::Tensor output = make_output();
     AbiCall call;
     fill_call(call, inputs, output, scalars);
     const int status = row->run(&call.args);
@@ -268,10 +275,13 @@ at::Tensor try_kforge(OpTable& table, const char* op, Inputs inputs, c10::ArrayR
 
 // ---- The ops, each with its ATen composite ----
 
-// A packed CUDA tensor for a covered call's output, straight from PyTorch's caching allocator
-// (not through the dispatcher: the call is known to be on a CUDA device).
+// A packed CUDA tensor on the current device for a covered call's output, straight from
+// PyTorch's caching allocator: not through the dispatcher, and without empty_cuda's device
+// guard (try_kforge has made the call's device current).
 at::Tensor cuda_empty(c10::IntArrayRef sizes, const at::Tensor& like) {
-  return at::detail::empty_cuda(sizes, like.scalar_type(), like.device(), std::nullopt);
+  constexpr c10::DispatchKeySet kCuda(c10::DispatchKey::CUDA);
+  return at::detail::empty_generic(sizes, at::cuda::getCUDADeviceAllocator(), kCuda,
+                                   like.scalar_type(), std::nullopt);
 }
 
 at::Tensor packed_like(const at::Tensor& x) {
@@ -431,17 +441,21 @@ void reset_stats() {
   }
 }
 
-// The host cost of a covered call, in microseconds per call over `calls` calls issued back to
-// back on the current stream: {the module's kforge_run alone (arguments made once), the op
-// through this extension (dispatch, output allocation and the same launch), the dispatch's
-// table lookup alone, the output's allocation alone}. The second less the first is what the
-// extension adds to the launch; the last two say where it goes.
+// The host cost of a covered call, in microseconds: {the module's kforge_run alone (arguments
+// made once), the op through this extension (dispatch, output allocation and the same launch),
+// the dispatch's table lookup alone, the output's allocation alone}. The second less the first
+// is what the extension adds to the launch; the last two say where it goes.
+//
+// Each is the median over `rounds` rounds of 256 calls issued while a sleep kernel holds the
+// GPU, so that the GPU's pace (a small kernel's run time, a full launch queue) never sets the
+// host's: a round whose calls found the GPU idle is timed again with a longer sleep.
 std::vector<double> host_us_per_call(const std::string& op, const std::vector<at::Tensor>& inputs,
-                                     const std::vector<double>& scalars, int64_t calls) {
+                                     const std::vector<double>& scalars, int64_t rounds) {
   using Clock = std::chrono::steady_clock;
   OpTable& table = table_of(op);
   TORCH_CHECK(!inputs.empty() && inputs.size() <= kMaxInputs, "kforge: 1 to ", kMaxInputs,
               " inputs");
+  TORCH_CHECK(rounds > 0, "kforge: at least one round");
   const auto as_list = [&](auto&& body) {
     switch (inputs.size()) {
       case 1:
@@ -477,15 +491,30 @@ std::vector<double> host_us_per_call(const std::string& op, const std::vector<at
     return 0;
   });
   const auto per_call = [&](auto&& body) {
+    constexpr int kCalls = 256;
     for (int i = 0; i < 20; ++i)
       body();
     c10::cuda::device_synchronize();
-    const auto start = Clock::now();
-    for (int64_t i = 0; i < calls; ++i)
-      body();
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-    c10::cuda::device_synchronize();
-    return us / static_cast<double>(calls);
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+    int64_t sleep_cycles = 20'000'000;  // about 10 ms at 2 GHz: 40 us a call
+    std::vector<double> us;
+    while (static_cast<int64_t>(us.size()) < rounds) {
+      at::cuda::sleep(sleep_cycles);
+      const auto start = Clock::now();
+      for (int i = 0; i < kCalls; ++i)
+        body();
+      const auto stop = Clock::now();
+      const bool gpu_held = cudaStreamQuery(stream) == cudaErrorNotReady;
+      c10::cuda::device_synchronize();
+      if (!gpu_held) {
+        TORCH_CHECK(sleep_cycles < (int64_t{1} << 34), "kforge: the sleep never outlasted a round");
+        sleep_cycles *= 2;
+        continue;
+      }
+      us.push_back(std::chrono::duration<double, std::micro>(stop - start).count() / kCalls);
+    }
+    std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+    return us[us.size() / 2];
   };
   const double module_us = per_call([&] { TORCH_CHECK(row->run(&call.args) == KF_OK); });
   const double op_us = per_call([&] { run_op(); });
@@ -494,6 +523,59 @@ std::vector<double> host_us_per_call(const std::string& op, const std::vector<at
   const double alloc_us = per_call([&] { (void)cuda_empty(output.sizes(), output); });
   return {module_us, op_us, lookup_us, alloc_us};
 }
+
+// ---- The ops for eager Python callers ----
+
+// Python's arguments as an op's C++ parameters: a tensor (borrowed from its Python object) or a
+// float.
+template <typename Param>
+struct FromPython;
+
+template <>
+struct FromPython<const at::Tensor&> {
+  static const at::Tensor& get(PyObject* object) {
+    TORCH_CHECK_TYPE(THPVariable_Check(object), "kforge: expected a tensor, got ",
+                     Py_TYPE(object)->tp_name);
+    return THPVariable_Unpack(object);
+  }
+};
+
+template <>
+struct FromPython<double> {
+  static double get(PyObject* object) {
+    const double value = PyFloat_AsDouble(object);
+    if (value == -1.0 && PyErr_Occurred()) throw python_error();
+    return value;
+  }
+};
+
+// An op as a METH_FASTCALL function: its arguments are read straight from Python's argument
+// array, without pybind11's overload resolution and casters (about as much host time as the
+// rest of the call). Patched models call these outside compiled graphs.
+template <auto Op>
+struct PythonOp;
+
+template <typename... Params, at::Tensor (*Op)(Params...)>
+struct PythonOp<Op> {
+  static PyObject* call(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+    HANDLE_TH_ERRORS
+    constexpr Py_ssize_t kArity = sizeof...(Params);
+    TORCH_CHECK_TYPE(nargs == kArity, "kforge: takes ", kArity, " arguments, got ", nargs);
+    return THPVariable_Wrap(invoke(args, std::index_sequence_for<Params...>{}));
+    END_HANDLE_TH_ERRORS
+  }
+
+  template <size_t... I>
+  static at::Tensor invoke(PyObject* const* args, std::index_sequence<I...>) {
+    return Op(FromPython<Params>::get(args[I])...);
+  }
+};
+
+#define KFORGE_PYTHON_OP(op)                                                               \
+  {#op, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&PythonOp<&op>::call)), \
+   METH_FASTCALL, "kforge::" #op ", called without torch.ops' dispatch"},
+PyMethodDef python_ops[] = {KFORGE_OPS(KFORGE_PYTHON_OP){nullptr, nullptr, 0, nullptr}};
+#undef KFORGE_PYTHON_OP
 
 }  // namespace
 
@@ -522,11 +604,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("stats", &stats, "Calls per op: 'kforge', or the reason they fell back");
   module.def("reset_stats", &reset_stats, "Forget the counts");
   module.def("count", &count, "Count a call of an op that the Python side sent elsewhere, and why");
-  // The ops themselves, for eager callers: a pybind11 call costs less than torch.ops' dispatch
+  // The ops themselves, for eager callers: a direct call costs less than torch.ops' dispatch
   // from Python. torch.compile traces torch.ops.kforge.* instead (kforge_ops/patch.py).
-#define KFORGE_DEF(op) module.def(#op, &op);
-  KFORGE_OPS(KFORGE_DEF)
-#undef KFORGE_DEF
+  if (PyModule_AddFunctions(module.ptr(), python_ops) != 0) throw pybind11::error_already_set();
   module.def("host_us_per_call", &host_us_per_call,
              "Host microseconds per covered call: [the module alone, the op through the "
              "extension, the table lookup alone, the output's allocation alone]");

@@ -183,6 +183,12 @@ def predicted_gain(plan, swapped_ops):
     return gain(saved), gain(saved_net), used
 
 
+def faster(times, than):
+    """Whether step times `times` beat `than` beyond both spreads: every round faster, and the
+    median by more than 1%."""
+    return max(times) < min(than) and statistics.median(times) < 0.99 * statistics.median(than)
+
+
 def compile_model(model, mode):
     torch._dynamo.reset()
     return torch.compile(model, mode=mode) if mode else torch.compile(model)
@@ -258,13 +264,17 @@ def main():
                 one = kforge_ops.patch(model, verbose=False, ops=[op])
                 compile_one_op_ms[op] = step_ms(run(compile_model(model, args.compile_mode)), args.iters)
                 one.undo()
+        rejected = []
         if args.compiled_ops == "auto":
-            kept = [op for op, t in compile_one_op_ms.items()
-                    if max(t) < min(compile_ms) and mean(t) < 0.99 * mean(compile_ms)]
+            kept = [op for op, t in compile_one_op_ms.items() if faster(t, compile_ms)]
         elif args.compiled_ops == "all":
             kept = swapped_ops
         else:
             kept = [op for op in args.compiled_ops.split(",") if op]
+        # With auto, the chosen swaps must also beat compile together: compile is timed again
+        # right after them (A B A), and the swaps are kept only if faster than both of its
+        # timings, as each was alone; else the model is compiled unpatched.
+        compile_again_ms = None
         if kept:
             chosen = kforge_ops.patch(model, verbose=False, ops=kept)
             compiled_k = compile_model(model, args.compile_mode)
@@ -272,9 +282,18 @@ def main():
             if on_gpu:
                 host_ms["compile_kforge"] = host_issue_ms(run(compiled_k))
             chosen.undo()
-        else:
+            if args.compiled_ops == "auto":
+                compile_again_ms = step_ms(run(compile_model(model, args.compile_mode)), args.iters)
+                if not all(faster(compile_kforge_ms, t) for t in (compile_ms, compile_again_ms)):
+                    print(f"compile + kforge with {', '.join(kept)}: {mean(compile_kforge_ms):.3f} ms, "
+                          f"not faster than compile ({mean(compile_ms):.3f} and "
+                          f"{mean(compile_again_ms):.3f} ms): compiled unpatched", flush=True)
+                    rejected = kept
+                    kept = []
+        if not kept:
             # No swap: the model compiled is the unpatched one, already timed as "compile".
             compile_kforge_ms = compile_ms
+            host_ms.pop("compile_kforge", None)
 
     tol = TOLERANCE[dtype]
     # name -> (output, PyTorch's own output it is judged beside), per output the model has.
@@ -292,6 +311,8 @@ def main():
     passed = all(c["pass"] for c in checks.values())
     step = {"eager": eager_ms, "eager_kforge": kforge_ms, "compile": compile_ms,
             "compile_kforge": compile_kforge_ms, "compile_kforge_all_ops": compile_all_ms}
+    if compile_again_ms is not None:
+        step["compile_again"] = compile_again_ms
     result.update({"tolerance": tol, "checks": checks, "pass": passed,
                    "swapped": [list(s) for s in report.swapped],
                    "not_swapped": [list(s) for s in report.not_swapped],
@@ -299,7 +320,7 @@ def main():
                    "step_ms": {k: mean(v) for k, v in step.items()},
                    "step_ms_rounds": step, "host_issue_ms": host_ms,
                    "compile_kforge_one_op_ms": {k: mean(v) for k, v in compile_one_op_ms.items()},
-                   "compiled_ops": kept,
+                   "compiled_ops": kept, "compiled_ops_rejected_together": rejected,
                    "speedup": {"eager_kforge_vs_eager": mean(eager_ms) / mean(kforge_ms),
                                "compile_kforge_vs_compile": mean(compile_ms) / mean(compile_kforge_ms)}})
     if args.plan and not on_gpu:
@@ -337,8 +358,10 @@ def main():
           + (f" (predicted {result['predicted']['eager_kforge_vs_eager']:.3f}x; with the work each swap "
              f"leaves in place, {result['predicted']['eager_kforge_vs_eager_with_work_left_in_place']:.3f}x)"
              if "predicted" in result else ""))
+    why_none = (f"no op ({', '.join(rejected)} each beat compile alone, not together)" if rejected
+                else "no op (compiled, each was as fast or faster without)")
     print(f"  compile + kforge: {result['speedup']['compile_kforge_vs_compile']:.3f}x compile, swapped "
-          f"before compiling: {', '.join(kept) or 'no op (compiled, each was as fast or faster without)'}")
+          f"before compiling: {', '.join(kept) or why_none}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
