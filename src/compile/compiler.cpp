@@ -167,6 +167,13 @@ fs::path default_cache_dir() {
   return fs::temp_directory_path() / "kforge-cache";
 }
 
+fs::path default_cutlass_include_dir() {
+  if (const char* env = std::getenv("KFORGE_CUTLASS_INCLUDE")) return env;
+  const fs::path unpacked = default_include_dir().parent_path() / ".deps" / "nvidia-cutlass" /
+                            "cutlass_library" / "source" / "include";
+  return fs::exists(unpacked / "cutlass" / "cutlass.h") ? unpacked : fs::path();
+}
+
 fs::path library_kernels_dir() {
   return default_include_dir().parent_path() / "kernels";
 }
@@ -188,6 +195,8 @@ fs::path default_include_dir() {
 Compiler::Compiler(CompilerOptions options) : options_(std::move(options)) {
   if (options_.cache_dir.empty()) options_.cache_dir = default_cache_dir();
   if (options_.include_dir.empty()) options_.include_dir = default_include_dir();
+  if (options_.cutlass_include_dir.empty())
+    options_.cutlass_include_dir = default_cutlass_include_dir();
   if (options_.nvcc.empty()) options_.nvcc = find_nvcc();
   if (options_.cxx.empty()) {
     const char* cxx = std::getenv("CXX");
@@ -217,6 +226,13 @@ std::vector<std::string> Compiler::command_line(const KernelFile& file, const Va
   }
   cmd.push_back("-I" + options_.include_dir.string());
   cmd.push_back("-I" + fs::absolute(file.path).parent_path().string());
+  if (file.uses("cutlass")) {
+    // CuTe's constexpr helpers are called from device code; NDEBUG keeps CUTLASS's asserts out
+    // of the kernels.
+    cmd.push_back("-I" + cutlass_include_dir(file).string());
+    cmd.push_back("--expt-relaxed-constexpr");
+    cmd.push_back("-DNDEBUG");
+  }
   cmd.push_back(elem_macro(variant.dtype));
   for (const auto& [name, value] : variant.params)
     cmd.push_back(fmt::format("-D{}={}", name, value));
@@ -269,7 +285,20 @@ std::string Compiler::headers_fingerprint(const KernelFile& file) const {
   Hasher h;
   for (const auto& p : headers)
     h.add(p.filename().string()).add(read_file(p));
+  // CUTLASS's headers change together with its release, which version.h names.
+  if (file.uses("cutlass")) h.add(read_file(cutlass_include_dir(file) / "cutlass" / "version.h"));
   return h.hex();
+}
+
+fs::path Compiler::cutlass_include_dir(const KernelFile& file) const {
+  const fs::path& dir = options_.cutlass_include_dir;
+  if (dir.empty() || !fs::exists(dir / "cutlass" / "cutlass.h")) {
+    throw UsageError(fmt::format(
+        "{} uses CUTLASS, whose headers are not {}: run scripts/setup (it unpacks the "
+        "nvidia-cutlass wheel into .deps/), or set KFORGE_CUTLASS_INCLUDE to CUTLASS's include/",
+        file.path.string(), dir.empty() ? "installed" : "in " + dir.string()));
+  }
+  return dir;
 }
 
 std::string Compiler::cache_key(const KernelFile& file, const Variant& variant) const {

@@ -51,6 +51,9 @@ struct CompileResult {
 struct CompilerOptions {
   std::filesystem::path cache_dir;    // default: default_cache_dir()
   std::filesystem::path include_dir;  // kforge's include/; default: found beside the binary
+  // CUTLASS's include/ (cutlass/, cute/), for files that `uses: cutlass`; default:
+  // default_cutlass_include_dir()
+  std::filesystem::path cutlass_include_dir;
   std::string nvcc = "";            // default: $KFORGE_NVCC, nvcc on PATH, /usr/local/cuda/bin/nvcc
   std::string cxx = "";             // default: $CXX or c++
   bool keep_intermediates = false;  // also keep PTX, cubin and SASS beside the module
@@ -58,6 +61,10 @@ struct CompilerOptions {
 
 std::filesystem::path default_cache_dir();
 std::filesystem::path default_include_dir();
+// $KFORGE_CUTLASS_INCLUDE, else the headers scripts/setup unpacks from the nvidia-cutlass wheel
+// (.deps/nvidia-cutlass/cutlass_library/source/include beside include/); empty when neither
+// exists.
+std::filesystem::path default_cutlass_include_dir();
 // The library's kernel files (kernels/<op>/...), beside include/ in the source tree.
 std::filesystem::path library_kernels_dir();
 // The macro a kernel file is compiled with for `dtype` ("KF_ELEM_BF16", see elem_cuda.cuh).
@@ -85,6 +92,8 @@ class Compiler {
                                         const std::filesystem::path& output) const;
   std::string compiler_version(Backend backend) const;
   std::string headers_fingerprint(const KernelFile& file) const;
+  // CUTLASS's include/ for a file that uses it; throws UsageError when it is not installed.
+  std::filesystem::path cutlass_include_dir(const KernelFile& file) const;
 
   CompilerOptions options_;
 };

@@ -136,9 +136,17 @@ class HeaderParser {
         fail(line, fmt::format("min_occupancy: expected a percentage 1..100, got '{}'", value));
       }
       file_.min_occupancy_percent = static_cast<int>(percent);
+    } else if (key == "uses") {
+      for (const auto& library : split(value, ',')) {
+        if (library != "cutlass") {
+          fail(line, fmt::format("uses: '{}' is not a library kforge provides (cutlass)", library));
+        }
+        file_.libraries.push_back(library);
+        uses_line_ = line;
+      }
     } else {
       fail(line, fmt::format("unknown key '{}' (expected op, backend, dtypes, param, derive, "
-                             "require, shared_bytes, threads, cluster, min_occupancy)",
+                             "require, shared_bytes, threads, cluster, min_occupancy, uses)",
                              key));
     }
   }
@@ -216,6 +224,9 @@ class HeaderParser {
       fail(backend_line_, fmt::format("backend '{}' does not match the file extension '{}'",
                                       backend_name(file_.backend), ext));
     }
+    if (!file_.libraries.empty() && file_.backend != Backend::cuda) {
+      fail(uses_line_, "uses: CUTLASS is for CUDA files");
+    }
   }
 
   KernelFile& file_;
@@ -223,6 +234,7 @@ class HeaderParser {
   int header_line_ = 1;
   int op_line_ = 0;
   int backend_line_ = 0;
+  int uses_line_ = 0;
 };
 
 }  // namespace
@@ -249,6 +261,10 @@ KernelFile KernelFile::parse(const std::string& text, const std::filesystem::pat
 
 bool KernelFile::supports(DType dtype) const {
   return std::find(dtypes.begin(), dtypes.end(), dtype) != dtypes.end();
+}
+
+bool KernelFile::uses(std::string_view library) const {
+  return std::find(libraries.begin(), libraries.end(), library) != libraries.end();
 }
 
 ParamValues KernelFile::resolve_params(const ParamValues& overrides) const {

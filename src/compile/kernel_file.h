@@ -52,6 +52,7 @@ struct KernelFile {
   std::optional<Expression> block_threads;   // threads per block of the main kernel
   std::optional<Expression> cluster_blocks;  // thread-block cluster size (1: no cluster)
   int min_occupancy_percent = 0;             // theoretical occupancy below this is pruned
+  std::vector<std::string> libraries;        // header libraries it includes (`uses:`): "cutlass"
 
   // Reads and parses a file; throws UsageError if unreadable, ParseError if malformed.
   static KernelFile load(const std::filesystem::path& path);
@@ -59,6 +60,7 @@ struct KernelFile {
   static KernelFile parse(const std::string& text, const std::filesystem::path& path);
 
   bool supports(DType dtype) const;
+  bool uses(std::string_view library) const;
   // Every parameter at its default, with `overrides` applied. Throws UsageError for an unknown
   // name.
   ParamValues resolve_params(const ParamValues& overrides = {}) const;

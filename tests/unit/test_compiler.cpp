@@ -2,11 +2,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "compile/compiler.h"
+#include "core/error.h"
 #include "core/hash.h"
 #include "test_support.h"
 
@@ -107,6 +109,39 @@ TEST_F(CompilerTest, CompilesInParallel) {
   }
 }
 
+// A file that uses CUTLASS gets its headers on the command line and their release in its cache
+// key; without them, compiling it says how to install them.
+TEST_F(CompilerTest, FilesUsingCutlassNeedItsHeaders) {
+  const fs::path path = dir_ / "k.cu";
+  std::ofstream(path) << "/* kforge\n * op: rmsnorm\n * backend: cuda\n * dtypes: f32\n"
+                         " * uses: cutlass\n */\n#include <cutlass/cutlass.h>\n";
+  const KernelFile file = KernelFile::load(path);
+  const Variant variant = Variant::make(file, {}, DType::f32, "sm_90a");
+
+  options_.cutlass_include_dir = dir_ / "no-cutlass";
+  try {
+    Compiler(options_).compile(file, variant);
+    FAIL() << "expected a UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("uses CUTLASS, whose headers are not in"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("scripts/setup"), std::string::npos) << e.what();
+  }
+
+  const fs::path fake = dir_ / "cutlass-include";
+  fs::create_directories(fake / "cutlass");
+  std::ofstream(fake / "cutlass" / "cutlass.h") << "#pragma once\n";
+  std::ofstream(fake / "cutlass" / "version.h") << "#define CUTLASS_MAJOR 4\n";
+  options_.cutlass_include_dir = fake;
+  const std::string key = Compiler(options_).cache_key(file, variant);
+  std::ofstream(fake / "cutlass" / "version.h") << "#define CUTLASS_MAJOR 5\n";
+  EXPECT_NE(Compiler(options_).cache_key(file, variant), key);
+  const CompileResult r = Compiler(options_).compile(file, variant);
+  EXPECT_NE(r.command.find("-I" + fake.string()), std::string::npos) << r.command;
+  EXPECT_NE(r.command.find("--expt-relaxed-constexpr"), std::string::npos) << r.command;
+}
+
 TEST(PtxasReport, ParsesResources) {
   const std::string log = R"(ptxas info    : Compiling entry function '_Z6kernelPf' for 'sm_90a'
 ptxas info    : Function properties for _Z6kernelPf
@@ -127,7 +162,8 @@ ptxas info    : Used 12 registers, used 0 barriers, 368 bytes cmem[0]
 }
 
 // Every CUDA kernel file in the repository compiles for sm_90a: library kernels in every dtype
-// they declare, test fixtures (planted faults, adversarial kernels) in their first.
+// they declare, test fixtures (planted faults, adversarial kernels) and CUTLASS files (a minute
+// or more each on two cores) in their first.
 TEST(CudaKernels, AllCompileForSm90a) {
   const fs::path dir = test::temp_dir("cuda-compile");
   CompilerOptions options;
@@ -140,9 +176,9 @@ TEST(CudaKernels, AllCompileForSm90a) {
       ++files;
       const KernelFile file = KernelFile::load(entry.path());
       std::vector<Variant> variants;
-      const bool fixture = root == fs::path(test::test_data_dir());
+      const bool one_dtype = root == fs::path(test::test_data_dir()) || file.uses("cutlass");
       for (const DType d : file.dtypes) {
-        if (fixture && !variants.empty()) break;
+        if (one_dtype && !variants.empty()) break;
         const Bindings context = {{"elem_bytes", static_cast<long long>(dtype_size(d))}};
         variants.push_back(
             Variant::make(file, file.with_derived(file.resolve_params(), context), d, "sm_90a"));
@@ -150,6 +186,7 @@ TEST(CudaKernels, AllCompileForSm90a) {
       for (const auto& r : compiler.compile_all(file, variants)) {
         EXPECT_TRUE(r.ok) << r.variant.describe() << "\n" << r.log;
         EXPECT_FALSE(r.resources.functions.empty()) << r.variant.describe();
+        std::cout << r.variant.describe() << ": " << r.seconds << " s\n";
       }
     }
   }

@@ -77,13 +77,25 @@ TEST(KernelFile, ErrorsNameTheLine) {
             "k.cpp:2: expected 'key: value', got 'colour blue'");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", " * flavour: mint\n"),
             "k.cpp:2: unknown key 'flavour' (expected op, backend, dtypes, param, derive, require, "
-            "shared_bytes, threads, cluster, min_occupancy)");
+            "shared_bytes, threads, cluster, min_occupancy, uses)");
+  EXPECT_EQ(error_after(" * op: rmsnorm\n", " * op: rmsnorm\n * uses: thrust\n"),
+            "k.cpp:3: uses: 'thrust' is not a library kforge provides (cutlass)");
+  EXPECT_EQ(error_after(" * op: rmsnorm\n", " * op: rmsnorm\n * uses: cutlass\n"),
+            "k.cpp:3: uses: CUTLASS is for CUDA files");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", " * op: rmsnorm\n * min_occupancy: 150\n"),
             "k.cpp:3: min_occupancy: expected a percentage 1..100, got '150'");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", " * op: rmsnorm\n * threads: 32\n * threads: 64\n"),
             "k.cpp:4: 'threads' is given twice");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", ""), "k.cpp:1: header block has no 'op:' line");
   EXPECT_EQ(error_after(" */\nint body;\n", ""), "k.cpp:1: header block is not closed with '*/'");
+}
+
+TEST(KernelFile, NamesTheLibrariesItUses) {
+  std::string text = kValid;
+  text.replace(text.find("backend: cpu"), 12, "backend: cuda\n * uses: cutlass");
+  const KernelFile f = KernelFile::parse(text, "k.cu");
+  EXPECT_TRUE(f.uses("cutlass"));
+  EXPECT_FALSE(KernelFile::parse(kValid, "k.cpp").uses("cutlass"));
 }
 
 TEST(KernelFile, BackendMustMatchExtension) {
