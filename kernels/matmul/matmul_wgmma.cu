@@ -1,0 +1,398 @@
+/* kforge
+ * op: matmul
+ * backend: cuda
+ * dtypes: bf16, f16
+ * param: TILE_M = 128 in {64, 128, 256}
+ * param: TILE_N = 256 in {64, 128, 192, 256}
+ * param: TILE_K = 64 in {32, 64, 128}
+ * param: CLUSTER_M = 2 in {1, 2}
+ * param: CLUSTER_N = 1 in {1, 2}
+ * param: STAGES = 4 in {2, 3, 4, 5, 6, 7, 8}
+ * param: SCHEDULE = 0 in {0, 1}
+ * param: EPILOGUE = 0 in {0, 1}
+ * param: RASTER = 0 in {0, 1, 2}
+ * param: SWIZZLE = 1 in {1, 2, 4, 8}
+ * param: SPLIT = 0 in {0, 1}
+ * # Cooperative: the two consumer warp groups take 64-row wgmma atoms side by side along M, so
+ * # a tile is a whole number of 128-row pairs. Ping-pong: one warp group per tile, 64-row atoms.
+ * require: SCHEDULE == 0 ? TILE_M % 128 == 0 : TILE_M % 64 == 0
+ * # fp32 accumulators per consumer thread. A consumer warp group gets 232 or 240 registers
+ * # (setmaxnreg): 192 accumulators compile without spills, 256 spill (nvcc 13.0).
+ * derive: ACC_REGS = TILE_M * TILE_N / (SCHEDULE == 0 ? 256 : 128)
+ * require: ACC_REGS <= 192
+ * # CUTLASS's ping-pong kernel has no stream-K scheduler.
+ * require: SPLIT == 0 || SCHEDULE == 0
+ * # shared memory: the STAGES-deep ring of A and B tiles; the TMA epilogue's two D staging
+ * # buffers of one epilogue sub-tile (min(TILE_M, 128 or 64) x 32); the pipelines' barriers and
+ * # the 1024-byte alignment of swizzled tiles (an upper bound, checked by a static_assert).
+ * derive: EPI_ROWS = min(TILE_M, SCHEDULE == 0 ? 128 : 64)
+ * derive: EPI_BYTES = EPILOGUE == 0 ? 2 * EPI_ROWS * 32 * elem_bytes : 0
+ * derive: SMEM_BYTES = STAGES * (TILE_M + TILE_N) * TILE_K * elem_bytes + EPI_BYTES + 1024
+ * require: SMEM_BYTES <= max_shared_per_block
+ * threads: 384
+ * shared_bytes: SMEM_BYTES
+ * cluster: CLUSTER_M * CLUSTER_N
+ */
+// Hopper tensor-core GEMM on CUTLASS 3 / CuTe: C[M, N] = A[M, K] @ B[K, N], all row-major,
+// bf16 or f16 in and out, fp32 accumulation.
+//
+// Idea: a persistent, warp-specialized kernel assembled from CUTLASS's collective builders.
+// One block per SM (grid sized to the SMs, or to the clusters that fit) walks output tiles of
+// TILE_M x TILE_N handed out by a tile scheduler. In each block:
+//
+//   - a producer warp group issues TMA loads of the next TILE_M x TILE_K slice of A and
+//     TILE_K x TILE_N slice of B into a STAGES-deep ring of swizzled shared-memory stages,
+//     each guarded by a pair of mbarriers (full: bytes landed; empty: consumers done);
+//   - consumer warp groups wait on "full", issue wgmma (64 x TILE_N x 16 per instruction, fp32
+//     accumulators in registers), and release the stage once the wgmmas that read it retire.
+//     A is K-major in shared memory; B stays N-major as it is in memory (wgmma reads 16-bit
+//     operands either way), so nothing is transposed.
+//   - SCHEDULE 0 (cooperative): both consumer warp groups work on one tile, each on half of
+//     its rows, and both run the epilogue. SCHEDULE 1 (ping-pong): each consumer warp group has
+//     its own tile; while one runs its epilogue, the other runs its mainloop, so the tensor
+//     cores stay busy through the stores.
+//   - with a cluster of CLUSTER_M x CLUSTER_N blocks, a slice of A is fetched from L2 once for
+//     the CLUSTER_N blocks whose tiles share its rows and multicast to them (B likewise to the
+//     CLUSTER_M blocks that share its columns).
+//   - the epilogue converts the accumulators to the output type. EPILOGUE 0 stages each
+//     sub-tile in shared memory and writes it with a TMA store; EPILOGUE 1 stores straight from
+//     registers (no shared memory, so one more stage may fit). C is never read (no beta term).
+//
+// The scheduler: SPLIT 0 is the persistent tile scheduler: tiles are numbered in raster order
+// (RASTER) in bands SWIZZLE tiles wide, so that the tiles running at the same time share rows
+// of A and columns of B in L2. SPLIT 1 is stream-K: where CUTLASS's heuristic finds that whole
+// tiles would leave the last wave part-empty, the K loops of some tiles are split over blocks
+// that add their partial sums through a workspace (kf::Workspace, kept between calls; CUTLASS
+// zeroes its flags with a memset on the stream each call).
+//
+// TMA needs 16-byte aligned base pointers and row strides: K % 8 == 0 and N % 8 == 0. Any
+// other shape (and K == 0, which CUTLASS's mainloop does not handle) takes a plain path: a
+// simple bounds-checked shared-memory tiled FFMA kernel with fp32 accumulation (correct at any
+// size, not fast: about as fast as matmul_tiled.cu at best), or a memset of C when K == 0.
+// M needs nothing: TMA clips rows past M on load and store.
+//
+// The kernel's host setup (cudaFuncSetAttribute, the clusters-per-device query) happens on a
+// device's first call; later calls only encode the TMA descriptors and launch, so they can be
+// captured into a CUDA graph. All work is on args->stream.
+//
+// Tunables:
+//   TILE_M, TILE_N   output tile of one block (of one consumer warp group under ping-pong).
+//   TILE_K           K slice per pipeline stage; 64 16-bit elements = one 128-byte swizzle row.
+//   CLUSTER_M/N      blocks per cluster along M / N (TMA multicast of B / A across them).
+//   STAGES           depth of the shared-memory ring; more stages hide more load latency.
+//   SCHEDULE         0 = KernelTmaWarpSpecializedCooperative, 1 = KernelTmaWarpSpecializedPingpong.
+//   EPILOGUE         0 = TMA-store epilogue (shared-memory staging), 1 = direct register stores.
+//   RASTER           tile order: 1 = along M, 2 = along N, 0 = CUTLASS's heuristic (along M
+//                    when there are more tiles along N than along M, else along N).
+//   SWIZZLE          width of the raster bands, in tiles (CUTLASS's max_swizzle_size).
+//   SPLIT            0 = persistent data-parallel scheduler, 1 = stream-K scheduler.
+#include <cstdint>
+#include <type_traits>
+
+// CUTLASS 4.2's sm100 collectives (pulled in by the builders' headers, never instantiated
+// here) capture `this` implicitly, which C++20 deprecates: six warnings per compile otherwise.
+#pragma nv_diagnostic push
+#pragma nv_diag_suppress 2908
+#include <cute/tensor.hpp>
+
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/kernel_hardware_info.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#pragma nv_diagnostic pop
+
+#include "kforge/elem_cuda.cuh"
+#include "kforge/workspace.cuh"
+
+namespace {
+
+// kf_elem and CUTLASS's type of the same name share the 16-bit layout: pointers are
+// reinterpreted, values never converted.
+#if defined(KF_ELEM_BF16)
+using Element = cutlass::bfloat16_t;
+#elif defined(KF_ELEM_F16)
+using Element = cutlass::half_t;
+#else
+#error "matmul_wgmma.cu is for bf16 and f16; fp32 matmul is matmul_tiled.cu"
+#endif
+static_assert(sizeof(Element) == sizeof(kf_elem), "same storage");
+
+using LayoutA = cutlass::layout::RowMajor;  // A: [M, K], K contiguous
+using LayoutB = cutlass::layout::RowMajor;  // B: [K, N], N contiguous (MN-major for wgmma)
+using LayoutD = cutlass::layout::RowMajor;  // C: [M, N]
+using Accumulator = float;
+
+// TMA's 16-byte rule in elements: the alignment every operand's rows and base must have.
+constexpr int kAlignment = 16 / int(sizeof(Element));
+
+using TileShape = cute::Shape<cute::Int<TILE_M>, cute::Int<TILE_N>, cute::Int<TILE_K>>;
+using ClusterShape = cute::Shape<cute::Int<CLUSTER_M>, cute::Int<CLUSTER_N>, cute::_1>;
+
+using MainloopSchedule =
+    std::conditional_t<SCHEDULE == 0, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                       cutlass::gemm::KernelTmaWarpSpecializedPingpong>;
+// The TMA epilogue must match the mainloop's warp-group arrangement.
+using TmaEpilogueSchedule =
+    std::conditional_t<SCHEDULE == 0, cutlass::epilogue::TmaWarpSpecializedCooperative,
+                       cutlass::epilogue::TmaWarpSpecialized>;
+using EpilogueSchedule = std::conditional_t<EPILOGUE == 0, TmaEpilogueSchedule,
+                                            cutlass::epilogue::NoSmemWarpSpecialized>;
+using TileSchedulerTag = std::conditional_t<SPLIT == 0, cutlass::gemm::PersistentScheduler,
+                                            cutlass::gemm::StreamKScheduler>;
+static_assert(SPLIT == 0 || SCHEDULE == 0, "the ping-pong kernel has no stream-K scheduler");
+
+// D = acc converted to Element. ElementC = void: no source operand, nothing read from C.
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
+    /*ElementC=*/void, LayoutD, kAlignment, /*ElementD=*/Element, LayoutD, kAlignment,
+    EpilogueSchedule>::CollectiveOp;
+
+// Explicit STAGES (not an automatic carve-out) so that the header's shared-memory bound holds.
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element,
+    LayoutB, kAlignment, Accumulator, TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCount<STAGES>, MainloopSchedule>::CollectiveOp;
+
+using ProblemShape = cute::Shape<int, int, int, int>;  // (M, N, K, batch = 1)
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
+                                                        CollectiveEpilogue, TileSchedulerTag>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+static_assert(GemmKernel::MaxThreadsPerBlock == 384, "the header's threads: line");
+static_assert(GemmKernel::SharedStorageSize <= SMEM_BYTES, "the header's shared_bytes bound");
+
+using StrideA = typename GemmKernel::StrideA;  // (M, K, batch): (K, 1, M * K)
+using StrideB = typename GemmKernel::StrideB;  // (N, K, batch): (1, N, K * N)
+using StrideD = typename GemmKernel::StrideD;  // (M, N, batch): (N, 1, M * N)
+using SchedulerArguments = typename GemmKernel::TileSchedulerArguments;
+using RasterOrder = decltype(SchedulerArguments{}.raster_order);
+
+// ---- fallback for shapes TMA cannot address: shared-memory tiled FFMA -------------------------
+
+constexpr int kFallbackTile = 64;  // a block's output tile: kFallbackTile x kFallbackTile
+constexpr int kFallbackK = 16;     // K slice held in shared memory
+constexpr int kFallbackThreads = 256;
+constexpr int kFallbackLanes = 16;                              // threads along M and along N
+constexpr int kFallbackMicro = kFallbackTile / kFallbackLanes;  // outputs per thread, per axis
+static_assert(kFallbackLanes * kFallbackLanes == kFallbackThreads, "a square thread grid");
+static_assert(kFallbackTile * kFallbackK % kFallbackThreads == 0, "whole loads per thread");
+constexpr int kFallbackASmem = kFallbackK * (kFallbackTile + 1);  // floats
+constexpr int kFallbackSmemBytes = (kFallbackASmem + kFallbackK * kFallbackTile) * 4;
+
+// Each thread owns the outputs (ty + 16 i, tx + 16 j), i, j < 4: a warp's shared-memory reads
+// of one k are 16 consecutive floats (broadcast between its two halves), free of conflicts.
+__global__ void __launch_bounds__(kFallbackThreads)
+    matmul_fallback(const kf_elem* __restrict__ a,  // a: [M, K]
+                    const kf_elem* __restrict__ b,  // b: [K, N]
+                    kf_elem* __restrict__ c,        // c: [M, N]
+                    int M, int N, int K) {
+  // Dynamic, so that ptxas reports no static shared memory: kforge adds the largest static
+  // amount of any kernel in the file to the GEMM kernel's shared_bytes.
+  extern __shared__ float fallback_smem[];
+  // a_tile[k][m] = A[m0 + m][k0 + k] (padded: stored with m fastest, loaded with k fastest)
+  auto a_tile = reinterpret_cast<float(*)[kFallbackTile + 1]>(fallback_smem);
+  // b_tile[k][n] = B[k0 + k][n0 + n]
+  auto b_tile = reinterpret_cast<float(*)[kFallbackTile]>(fallback_smem + kFallbackASmem);
+
+  const int tx = int(threadIdx.x) % kFallbackLanes;
+  const int ty = int(threadIdx.x) / kFallbackLanes;
+  const int64_t m0 = int64_t(blockIdx.x) * kFallbackTile;
+  const int64_t n0 = int64_t(blockIdx.y) * kFallbackTile;
+
+  float acc[kFallbackMicro][kFallbackMicro] = {};
+  for (int k0 = 0; k0 < K; k0 += kFallbackK) {
+#pragma unroll
+    for (int r = 0; r < kFallbackTile * kFallbackK / kFallbackThreads; ++r) {
+      const int idx = int(threadIdx.x) + r * kFallbackThreads;
+      // A: rows of kFallbackK consecutive k; B: rows of kFallbackTile consecutive n.
+      const int am = idx / kFallbackK, ak = idx % kFallbackK;
+      const int64_t m = m0 + am;
+      const int k_a = k0 + ak;
+      a_tile[ak][am] = m < M && k_a < K ? kf_to_float(a[m * K + k_a]) : 0.0f;
+      const int bk = idx / kFallbackTile, bn = idx % kFallbackTile;
+      const int k_b = k0 + bk;
+      const int64_t n = n0 + bn;
+      b_tile[bk][bn] = k_b < K && n < N ? kf_to_float(b[int64_t(k_b) * N + n]) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kFallbackK; ++kk) {
+      float a_frag[kFallbackMicro], b_frag[kFallbackMicro];
+#pragma unroll
+      for (int i = 0; i < kFallbackMicro; ++i) {
+        a_frag[i] = a_tile[kk][ty + i * kFallbackLanes];
+        b_frag[i] = b_tile[kk][tx + i * kFallbackLanes];
+      }
+#pragma unroll
+      for (int i = 0; i < kFallbackMicro; ++i) {
+#pragma unroll
+        for (int j = 0; j < kFallbackMicro; ++j) {
+          acc[i][j] = fmaf(a_frag[i], b_frag[j], acc[i][j]);
+        }
+      }
+    }
+    __syncthreads();  // the tiles are overwritten by the next slice
+  }
+#pragma unroll
+  for (int i = 0; i < kFallbackMicro; ++i) {
+    const int64_t m = m0 + ty + i * kFallbackLanes;
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < kFallbackMicro; ++j) {
+      const int64_t n = n0 + tx + j * kFallbackLanes;
+      if (n < N) c[m * N + n] = kf_from_float<kf_elem>(acc[i][j]);
+    }
+  }
+}
+
+int run_fallback(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, int K,
+                 cudaStream_t stream) {
+  const int64_t m_blocks = (int64_t(M) + kFallbackTile - 1) / kFallbackTile;
+  const int64_t n_blocks = (int64_t(N) + kFallbackTile - 1) / kFallbackTile;
+  if (n_blocks > 65535) return KF_ERR_UNSUPPORTED;  // grid.y's limit
+  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(n_blocks));
+  matmul_fallback<<<grid, kFallbackThreads, kFallbackSmemBytes, stream>>>(a, b, c, M, N, K);
+  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+}
+
+// ---- the CUTLASS kernel ------------------------------------------------------------------------
+
+// What the scheduler needs to size the persistent grid, found once per device (the queries
+// are not stream work and need not be repeated under graph capture).
+struct DeviceSetup {
+  bool ready = false;
+  int sm_count = 0;
+  int max_active_clusters = 0;  // clusters of CLUSTER_M x CLUSTER_N that fit at once
+};
+
+bool setup_device(int device, DeviceSetup& setup) {
+  if (setup.ready) return true;
+  if (cudaDeviceGetAttribute(&setup.sm_count, cudaDevAttrMultiProcessorCount, device) !=
+      cudaSuccess) {
+    return false;
+  }
+  const void* kernel = reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>);
+  constexpr int kSmemBytes = GemmKernel::SharedStorageSize;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) !=
+      cudaSuccess) {
+    return false;
+  }
+  // Without this count CUTLASS guesses from the GPC layout of a full GH100; a grid of more
+  // clusters than fit would leave a second wave of one cluster per SM pair.
+  cudaLaunchAttribute cluster_attr{};
+  cluster_attr.id = cudaLaunchAttributeClusterDimension;
+  cluster_attr.val.clusterDim.x = CLUSTER_M;
+  cluster_attr.val.clusterDim.y = CLUSTER_N;
+  cluster_attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(CLUSTER_M, CLUSTER_N, 1);
+  config.blockDim = dim3(GemmKernel::MaxThreadsPerBlock, 1, 1);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.attrs = &cluster_attr;
+  config.numAttrs = 1;
+  if (cudaOccupancyMaxActiveClusters(&setup.max_active_clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    setup.max_active_clusters = 0;  // CUTLASS's estimate then
+  }
+  setup.ready = true;
+  return true;
+}
+
+int run_wgmma(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, int K,
+              const DeviceSetup& setup, int device, cudaStream_t stream) {
+  typename Gemm::Arguments arguments{};
+  arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  arguments.problem_shape = ProblemShape{M, N, K, 1};
+  arguments.mainloop.ptr_A = reinterpret_cast<const Element*>(a);
+  arguments.mainloop.dA = StrideA{int64_t(K), cute::_1{}, int64_t(M) * K};
+  arguments.mainloop.ptr_B = reinterpret_cast<const Element*>(b);
+  arguments.mainloop.dB = StrideB{cute::_1{}, int64_t(N), int64_t(K) * N};
+  arguments.epilogue.thread.alpha = 1.0f;
+  arguments.epilogue.thread.beta = 0.0f;
+  arguments.epilogue.ptr_C = nullptr;
+  arguments.epilogue.dC = StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
+  arguments.epilogue.ptr_D = reinterpret_cast<Element*>(c);
+  arguments.epilogue.dD = StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
+  arguments.hw_info.device_id = device;
+  arguments.hw_info.sm_count = setup.sm_count;
+  arguments.hw_info.max_active_clusters = setup.max_active_clusters;
+  arguments.scheduler.max_swizzle_size = SWIZZLE;
+  arguments.scheduler.raster_order = RASTER == 1   ? RasterOrder::AlongM
+                                     : RASTER == 2 ? RasterOrder::AlongN
+                                                   : RasterOrder::Heuristic;
+
+  if (Gemm::can_implement(arguments) != cutlass::Status::kSuccess) {
+    return run_fallback(a, b, c, M, N, K, stream);
+  }
+  // Stream-K's partial sums and tile flags; empty for the persistent scheduler.
+  static kf::Workspace workspace;
+  const size_t workspace_bytes = Gemm::get_workspace_size(arguments);
+  void* workspace_data = workspace.get(workspace_bytes, stream);
+  if (workspace_bytes > 0 && workspace_data == nullptr) return KF_ERR_OUT_OF_MEMORY;
+
+  Gemm gemm;
+  if (gemm.initialize(arguments, workspace_data, stream) != cutlass::Status::kSuccess) {
+    return KF_ERR_LAUNCH;
+  }
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return KF_ERR_LAUNCH;
+  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+}
+
+bool is_matrix(const kf_tensor& t, int64_t rows, int64_t cols) {
+  return t.ndim == 2 && t.shape[0] == rows && t.shape[1] == cols && t.dtype == kf_elem_dtype;
+}
+
+bool is_tma_aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+KFORGE_ENTRY int kforge_run(const kf_args* args) {
+  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
+  if (args->num_inputs != 2 || args->num_outputs != 1 || args->num_scalars != 0) {
+    return KF_ERR_UNSUPPORTED;
+  }
+  const kf_tensor& a = args->inputs[0];
+  const kf_tensor& b = args->inputs[1];
+  const kf_tensor& c = args->outputs[0];
+  if (a.ndim != 2 || b.ndim != 2) return KF_ERR_UNSUPPORTED;
+  const int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
+  if (!is_matrix(a, M, K) || !is_matrix(b, K, N) || !is_matrix(c, M, N)) {
+    return KF_ERR_UNSUPPORTED;
+  }
+  // CUTLASS's problem shape is int; int loop indices with room for a slice past the end.
+  constexpr int64_t kMaxExtent = INT32_MAX / 2;
+  if (M > kMaxExtent || N > kMaxExtent || K > kMaxExtent) return KF_ERR_UNSUPPORTED;
+  if (M == 0 || N == 0) return KF_OK;
+
+  const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
+  const auto* a_data = static_cast<const kf_elem*>(a.data);
+  const auto* b_data = static_cast<const kf_elem*>(b.data);
+  auto* c_data = static_cast<kf_elem*>(c.data);
+  if (K == 0) {  // an empty sum; the mainloop would wait for a first K tile that never comes
+    const cudaError_t err =
+        cudaMemsetAsync(c_data, 0, size_t(M) * size_t(N) * sizeof(kf_elem), stream);
+    return err == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+  }
+  if (K % kAlignment != 0 || N % kAlignment != 0 || !is_tma_aligned(a_data) ||
+      !is_tma_aligned(b_data) || !is_tma_aligned(c_data)) {
+    return run_fallback(a_data, b_data, c_data, int(M), int(N), int(K), stream);
+  }
+
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return KF_ERR_LAUNCH;
+  constexpr int kMaxDevices = 64;
+  static DeviceSetup setups[kMaxDevices];
+  if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
+  if (!setup_device(device, setups[device])) {
+    cudaGetLastError();
+    return KF_ERR_LAUNCH;
+  }
+  return run_wgmma(a_data, b_data, c_data, int(M), int(N), int(K), setups[device], device, stream);
+}
