@@ -32,6 +32,7 @@
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * cluster: CLUSTER_M * CLUSTER_N
+ * uses: cutlass
  */
 // Hopper tensor-core GEMM on CUTLASS 3 / CuTe: C[M, N] = A[M, K] @ B[K, N], all row-major,
 // bf16 or f16 in and out, fp32 accumulation.

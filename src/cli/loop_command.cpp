@@ -234,7 +234,7 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   for (const fs::path& dir : dirs) {
     const LoopTask task = LoopTask::from_json(read_json_file(dir / "task.json"));
     const fs::path starter =
-        library_kernels_dir() / starter_kernel(task.op->name(), backend == "cuda");
+        library_kernels_dir() / starter_kernel(task.op->name(), backend == "cuda", task.dtype);
     tasks.push_back({dir, task, TaskJournal::open(dir, starter), plan_figures(dir)});
   }
 

@@ -150,9 +150,11 @@ class OpSpec {
 };
 
 const OpSpec* find_op(std::string_view name);
-// The library's starter kernel file for an op, relative to the source tree's kernels/ folder:
-// the baseline a candidate is timed against when no vendor library implements the op.
-std::string starter_kernel(std::string_view op, bool cuda);
+// The library's starter kernel file for an op in `dtype`, relative to the source tree's kernels/
+// folder: what a device without a table runs, and the baseline a candidate is timed against
+// when no vendor library implements the op. On CUDA, 16-bit matmuls start on the tensor cores
+// (matmul_wgmma.cu); f32 keeps the CUDA-core file, whose f32 is true f32.
+std::string starter_kernel(std::string_view op, bool cuda, DType dtype);
 std::vector<const OpSpec*> all_ops();
 // "rmsnorm, softmax"
 std::string op_names();

@@ -33,8 +33,9 @@ const OpSpec* find_op(std::string_view name) {
   return nullptr;
 }
 
-std::string starter_kernel(std::string_view op, bool cuda) {
+std::string starter_kernel(std::string_view op, bool cuda, DType dtype) {
   if (!cuda) return fmt::format("{0}/{0}_cpu.cpp", op);
+  if (op == "matmul" && dtype_size(dtype) == 2) return "matmul/matmul_wgmma.cu";
   const bool tiled = op == "matmul" || op == "flash_attention" || op == "fused_mlp";
   return fmt::format("{0}/{0}_{1}.cu", op, tiled ? "tiled" : "rowblock");
 }

@@ -225,7 +225,7 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
   const std::string backend = device.backend;
   const std::vector<KernelFile> files = library_files(std::string(op.name()), backend);
   LibraryChoice choice;
-  choice.file = library_kernels_dir() / starter_kernel(op.name(), backend == "cuda");
+  choice.file = library_kernels_dir() / starter_kernel(op.name(), backend == "cuda", dtype);
 
   // The dtype's own table, else one of the same element size (see library.h).
   const auto location = find_tuned_table(std::string(op.name()), dtype, device_key(device));

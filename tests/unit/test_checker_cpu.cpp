@@ -25,7 +25,7 @@ class CpuStarterTest : public CheckerFixture, public ::testing::WithParamInterfa
 
 TEST_P(CpuStarterTest, PassesAllStages) {
   const auto out =
-      run_check(test::kernels_dir() + "/" + starter_kernel(GetParam(), false), quick());
+      run_check(test::kernels_dir() + "/" + starter_kernel(GetParam(), false, DType::f32), quick());
   EXPECT_TRUE(out.report.passed()) << out.report.detail;
   for (const auto& s : out.report.stages)
     EXPECT_TRUE(s.ran && s.passed) << s.name;

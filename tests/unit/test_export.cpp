@@ -436,7 +436,7 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
       << R"({"op": "rmsnorm", "shape": "3000x1000", "dtype": "bf16"})";
   std::ofstream(idle_task / "task.json")
       << R"({"op": "softmax", "shape": "3000x1000", "dtype": "bf16"})";
-  const fs::path starter = library_kernels_dir() / starter_kernel("rmsnorm", true);
+  const fs::path starter = library_kernels_dir() / starter_kernel("rmsnorm", true, DType::bf16);
   {
     TaskJournal journal = TaskJournal::open(kept_task, starter);
     journal.begin(test::read_text(starter) + "// kept by the loop\n", "scripted", "a marker");

@@ -174,7 +174,7 @@ TEST_F(LibraryChoiceTest, LibraryFilesAreTheOpsFilesForTheBackend) {
 
 TEST_F(LibraryChoiceTest, NoTableGivesTheStarterDefaults) {
   const LibraryChoice c = choose(mn(4096, 4096));
-  EXPECT_EQ(c.file, root_ / "kernels" / starter_kernel("rmsnorm", false));
+  EXPECT_EQ(c.file, root_ / "kernels" / starter_kernel("rmsnorm", false, DType::f32));
   EXPECT_EQ(c.file, kernel("rmsnorm_cpu.cpp"));
   EXPECT_TRUE(c.params.empty());
   EXPECT_EQ(c.source, LibraryChoice::Source::defaults);
