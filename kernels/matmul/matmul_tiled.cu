@@ -53,6 +53,7 @@
 #include <cstdint>
 
 #include "kforge/elem_cuda.cuh"
+#include "matmul_common.cuh"
 
 namespace {
 
@@ -224,37 +225,19 @@ __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   }
 }
 
-bool is_matrix(const kf_tensor& t, int64_t rows, int64_t cols) {
-  return t.ndim == 2 && t.shape[0] == rows && t.shape[1] == cols && t.dtype == kf_elem_dtype;
-}
-
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 2 || args->num_outputs != 1 || args->num_scalars != 0) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& a = args->inputs[0];
-  const kf_tensor& b = args->inputs[1];
-  const kf_tensor& c = args->outputs[0];
-  if (a.ndim != 2 || b.ndim != 2) return KF_ERR_UNSUPPORTED;
-  const int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
-  if (!is_matrix(a, M, K) || !is_matrix(b, K, N) || !is_matrix(c, M, N)) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  // int indices with room for a tile past the end; grid.y is limited to 65535.
-  constexpr int64_t kMaxExtent = INT32_MAX / 2;
-  if (M > kMaxExtent || N > kMaxExtent || K > kMaxExtent) return KF_ERR_UNSUPPORTED;
-  const int64_t m_blocks = (M + BLOCK_M - 1) / BLOCK_M;
-  const int64_t n_blocks = (N + BLOCK_N - 1) / BLOCK_N;
+  MatmulCall call;
+  if (!read_matmul_call(args, call)) return KF_ERR_UNSUPPORTED;
+  // grid.y is limited to 65535.
+  const int64_t m_blocks = (call.M + BLOCK_M - 1) / BLOCK_M;
+  const int64_t n_blocks = (call.N + BLOCK_N - 1) / BLOCK_N;
   if (m_blocks > 65535) return KF_ERR_UNSUPPORTED;
-  if (M == 0 || N == 0) return KF_OK;
+  if (call.M == 0 || call.N == 0) return KF_OK;
 
-  const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
   const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(m_blocks));
-  matmul_tiled<<<grid, kThreads, 0, stream>>>(
-      static_cast<const kf_elem*>(a.data), static_cast<const kf_elem*>(b.data),
-      static_cast<kf_elem*>(c.data), int(M), int(N), int(K));
+  matmul_tiled<<<grid, kThreads, 0, call.stream>>>(call.a, call.b, call.c, int(call.M), int(call.N),
+                                                   int(call.K));
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }

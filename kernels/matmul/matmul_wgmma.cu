@@ -108,6 +108,7 @@
 
 #include "kforge/elem_cuda.cuh"
 #include "kforge/workspace.cuh"
+#include "matmul_common.cuh"
 
 namespace {
 
@@ -344,10 +345,6 @@ int run_wgmma(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, int 
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
-bool is_matrix(const kf_tensor& t, int64_t rows, int64_t cols) {
-  return t.ndim == 2 && t.shape[0] == rows && t.shape[1] == cols && t.dtype == kf_elem_dtype;
-}
-
 bool is_tma_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -355,27 +352,15 @@ bool is_tma_aligned(const void* p) {
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 2 || args->num_outputs != 1 || args->num_scalars != 0) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& a = args->inputs[0];
-  const kf_tensor& b = args->inputs[1];
-  const kf_tensor& c = args->outputs[0];
-  if (a.ndim != 2 || b.ndim != 2) return KF_ERR_UNSUPPORTED;
-  const int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
-  if (!is_matrix(a, M, K) || !is_matrix(b, K, N) || !is_matrix(c, M, N)) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  // CUTLASS's problem shape is int; int loop indices with room for a slice past the end.
-  constexpr int64_t kMaxExtent = INT32_MAX / 2;
-  if (M > kMaxExtent || N > kMaxExtent || K > kMaxExtent) return KF_ERR_UNSUPPORTED;
+  MatmulCall call;
+  if (!read_matmul_call(args, call)) return KF_ERR_UNSUPPORTED;
+  const int64_t M = call.M, N = call.N, K = call.K;
   if (M == 0 || N == 0) return KF_OK;
 
-  const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
-  const auto* a_data = static_cast<const kf_elem*>(a.data);
-  const auto* b_data = static_cast<const kf_elem*>(b.data);
-  auto* c_data = static_cast<kf_elem*>(c.data);
+  const cudaStream_t stream = call.stream;
+  const kf_elem* a_data = call.a;
+  const kf_elem* b_data = call.b;
+  kf_elem* c_data = call.c;
   if (K == 0) {  // an empty sum; the mainloop would wait for a first K tile that never comes
     const cudaError_t err =
         cudaMemsetAsync(c_data, 0, size_t(M) * size_t(N) * sizeof(kf_elem), stream);
