@@ -29,7 +29,8 @@ std::optional<BaselineResult> time_baseline(Checker& checker, const KernelFile& 
     target.library = true;
   } else {
     // No vendor library implements the op: the library's own starter is the baseline.
-    const auto path = library_kernels_dir() / starter_kernel(op.name(), cuda, candidate.build.variant.dtype);
+    const auto path =
+        library_kernels_dir() / starter_kernel(op.name(), cuda, candidate.build.variant.dtype);
     if (!std::filesystem::exists(path)) return std::nullopt;
     const KernelFile starter = KernelFile::load(path);
     const ParamValues defaults = starter.resolve_params();
