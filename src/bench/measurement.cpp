@@ -22,6 +22,22 @@ struct SampleRow {
   int64_t poisoned = 0;
 };
 
+// For each sample of `kind`, its time over the faster of the unthrottled plain samples just
+// before and after it; the median of those ratios (1 when there are none).
+double median_ratio_to_neighbours(const std::vector<SampleRow>& rows, std::string_view kind) {
+  std::vector<double> ratios;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].kind != kind || rows[i].throttled) continue;
+    double nearest = 0;
+    for (const size_t j : {i - 1, i + 1}) {
+      if (j >= rows.size() || rows[j].kind != "timed" || rows[j].throttled) continue;
+      nearest = nearest == 0 ? rows[j].ms : std::min(nearest, rows[j].ms);
+    }
+    if (nearest > 0) ratios.push_back(rows[i].ms / nearest);
+  }
+  return ratios.empty() ? 1.0 : summarize(ratios).median;
+}
+
 std::vector<SampleRow> parse_samples(const nlohmann::json& reply) {
   std::vector<SampleRow> rows;
   for (const auto& s : reply.at("samples")) {
@@ -207,8 +223,11 @@ Measurement measure(Checker& checker, WorkerClient& worker, const OpSpec& op, co
   m.repeat_stats = summarize(repeat_ms);
   if (m.stats.count == 0) return fail(Verdict::ok, "");
 
-  // Reused work: faster on inputs it has seen than on fresh ones.
-  if (m.repeat_stats.count > 0 && m.repeat_stats.median < kReuseRatio * m.stats.median) {
+  // Reused work: faster on inputs it has seen than on fresh ones, both overall and against the
+  // plain samples beside each repeat (a load burst on a shared machine slows whole stretches of
+  // samples, so only a repeat that beats its own neighbours counts as evidence).
+  if (m.repeat_stats.count > 0 && m.repeat_stats.median < kReuseRatio * m.stats.median &&
+      median_ratio_to_neighbours(rows, "repeat") < kReuseRatio) {
     return fail(
         Verdict::invalid,
         fmt::format("reuses work across calls: on a repeat of the previous call's inputs "
