@@ -65,15 +65,17 @@ void fix_params(std::vector<KernelFile>& files, const ParamValues& fixed) {
   }
 }
 
-// --start FILE:NAME=V,NAME=V: FILE is one of the tuned files and every NAME one of its
-// tunables, so that a typo is an error here rather than a start skipped later.
+// --start FILE:NAME=V,NAME=V: FILE is one of the tuned files (its name or path) and every NAME one
+// of its tunables, so that a typo is an error here rather than a start skipped later.
 std::vector<TuneStart> given_starts(const std::vector<std::string>& items,
                                     const std::vector<KernelFile>& files) {
   std::vector<TuneStart> starts;
   for (const auto& item : items) {
     const size_t colon = item.find(':');
     TuneStart s;
-    s.file = item.substr(0, colon);
+    // FILE as a name or as a path (as the tuned file was given): the tuned files are told
+    // apart by name.
+    s.file = std::filesystem::path(item.substr(0, colon)).filename().string();
     const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
       return f.path.filename().string() == s.file;
     });

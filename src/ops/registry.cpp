@@ -35,7 +35,10 @@ const OpSpec* find_op(std::string_view name) {
 
 std::string starter_kernel(std::string_view op, bool cuda, DType dtype) {
   if (!cuda) return fmt::format("{0}/{0}_cpu.cpp", op);
-  if (op == "matmul" && dtype_size(dtype) == 2) return "matmul/matmul_wgmma.cu";
+  // 16-bit GEMMs run on the tensor cores (CUTLASS); fp32 stays on the FFMA tiles.
+  if ((op == "matmul" || op == "fused_mlp") && dtype_size(dtype) == 2) {
+    return fmt::format("{0}/{0}_wgmma.cu", op);
+  }
   const bool tiled = op == "matmul" || op == "flash_attention" || op == "fused_mlp";
   return fmt::format("{0}/{0}_{1}.cu", op, tiled ? "tiled" : "rowblock");
 }

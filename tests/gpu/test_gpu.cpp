@@ -102,8 +102,8 @@ TEST_F(GpuTest, GpuReferencesMatchHostReferences) {
   }
 }
 
-// Every op's CUDA starters (one per dtype; matmul has two files) pass all five stages in every
-// dtype they declare.
+// Every op's CUDA starters (one per dtype; matmul and fused_mlp have two files) pass all five
+// stages in every dtype they declare.
 class StarterTest : public GpuTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(StarterTest, PassesAllStages) {

@@ -525,5 +525,30 @@ TEST(PlanCli, ExtractedTaskIsAcceptedByTune) {
   ::unsetenv("KFORGE_CACHE_DIR");
 }
 
+// tune --start names its file as the tuned file was given (a path) or by its name; an unknown
+// file or tunable is a usage error before anything runs.
+TEST(TuneCli, StartsNameTheirFileByPathOrName) {
+  const auto dir = test::temp_dir("tune-start");
+  ::setenv("KFORGE_CACHE_DIR", test::shared_module_cache().c_str(), 1);
+  const std::string file = test::kernels_dir() + "/rmsnorm/rmsnorm_cpu.cpp";
+  const auto tune = [&](const std::string& start) {
+    return kforge({"tune", file, "--shape", "64x64", "--backend", "cpu", "--strategy", "local",
+                   "--budget", "2", "--no-final-check", "--db", (dir / "results.sqlite").string(),
+                   "--start", start});
+  };
+  for (const std::string& start : {file + ":UNROLL=2", std::string("rmsnorm_cpu.cpp:UNROLL=2")}) {
+    const CommandResult r = tune(start);
+    EXPECT_EQ(r.exit_code, 0) << start << "\n" << r.output;
+    EXPECT_NE(r.output.find("UNROLL=2"), std::string::npos) << r.output;
+  }
+  CommandResult r = tune("softmax_cpu.cpp:UNROLL=2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("one of the tuned files"), std::string::npos) << r.output;
+  r = tune(file + ":UNROLLS=2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("has no tunable UNROLLS"), std::string::npos) << r.output;
+  ::unsetenv("KFORGE_CACHE_DIR");
+}
+
 }  // namespace
 }  // namespace kforge
