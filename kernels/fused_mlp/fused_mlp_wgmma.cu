@@ -5,7 +5,6 @@
  * param: TILE_N = 128 in {64, 128}
  * param: STAGES = 4 in {2, 3, 4, 5, 6}
  * param: CLUSTER_M = 2 in {1, 2}
- * param: PERSISTENT = 0 in {0, 1}
  * param: DOWN_TILE_N = 256 in {128, 256}
  * param: DOWN_STAGES = 4 in {3, 4, 5}
  * param: DOWN_CLUSTER_M = 2 in {1, 2}
@@ -57,8 +56,6 @@
 //   STAGES            depth of the gate-up ring (48 KB a stage at TILE_N 128; one block per
 //                     SM either way, as 384 threads take the whole register file).
 //   CLUSTER_M         gate-up blocks per cluster along M, sharing weight slices by multicast.
-//   PERSISTENT        0: one gate-up cluster per tile; 1: as many clusters as fit at once, each
-//                     walking tiles (the next tile's loads overlap this one's epilogue).
 //   DOWN_TILE_N       columns of y per down tile (rows: 128).
 //   DOWN_STAGES       depth of the down GEMM's ring.
 //   DOWN_CLUSTER_M    down blocks per cluster along M.
@@ -162,24 +159,6 @@ struct GateUpParams {
   typename GateUpMainloop::Params stacked;  // what the consumers' mma() takes (it reads none)
   Element* h;                               // h: [batch, hidden]
   int batch, hidden, dim;
-  int cluster_rows;   // clusters of CLUSTER_M row tiles along M (row tiles padded to fill them)
-  int cluster_tiles;  // cluster_rows x column tiles: the work, shared out over the clusters
-};
-
-// The tiles of a block: cluster c takes cluster tiles c, c + clusters, ...; a cluster tile
-// (g, n) is row tiles g * CLUSTER_M + rank of column tile n, so that a cluster's blocks share
-// their weight slices. Consecutive cluster tiles walk down M first: a wave's blocks share
-// columns, so each weight tile is read from memory about once.
-struct TileWalk {
-  int first, step, count;  // cluster tiles first, first + step, ... below count
-  __device__ static TileWalk of_block(const GateUpParams& p) {
-    const int clusters = int(gridDim.x) / CLUSTER_M;
-    return {int(blockIdx.x) / CLUSTER_M, clusters, p.cluster_tiles};
-  }
-  __device__ static cute::tuple<int, int> tile(const GateUpParams& p, int cluster_tile) {
-    const int rank = int(blockIdx.x) % CLUSTER_M;
-    return {cluster_tile % p.cluster_rows * CLUSTER_M + rank, cluster_tile / p.cluster_rows};
-  }
 };
 
 __device__ __forceinline__ float silu(float v) {
@@ -209,23 +188,20 @@ __device__ void load_gate_up(const GateUpParams& p, GateUpPipeline& pipeline, Ga
   const uint16_t weight_mask = uint16_t((1u << CLUSTER_M) - 1);  // every block of the cluster
 
   auto write = cutlass::make_producer_start_state<GateUpPipeline>();
-  const TileWalk walk = TileWalk::of_block(p);
-  for (int t = walk.first; t < walk.count; t += walk.step) {
-    const auto [m, n] = TileWalk::tile(p, t);
-    Tensor x_src = x_copy.partition_S(get<0>(gate_inputs)(_, _, m, _, 0));  // (.., k)
-    Tensor gate_src = gate_copy.partition_S(get<1>(gate_inputs)(_, _, n, _, 0));
-    Tensor up_src = up_copy.partition_S(get<1>(up_inputs)(_, _, n, _, 0));
-    for (int k = 0; k < k_tiles; ++k) {
-      pipeline.producer_acquire(write);
-      auto* full = pipeline.producer_get_barrier(write);
-      const int stage = write.index();
-      copy(p.gate.tma_load_a.with(*full, 0), x_src(_, _, _, k), x_dst(_, _, _, stage));
-      copy(p.gate.tma_load_b.with(*full, weight_mask), gate_src(_, _, _, k),
-           gate_copy.partition_D(b_half(stage, 0)));
-      copy(p.up.tma_load_b.with(*full, weight_mask), up_src(_, _, _, k),
-           up_copy.partition_D(b_half(stage, 1)));
-      ++write;
-    }
+  const int m = int(blockIdx.x), n = int(blockIdx.y);
+  Tensor x_src = x_copy.partition_S(get<0>(gate_inputs)(_, _, m, _, 0));  // (.., k)
+  Tensor gate_src = gate_copy.partition_S(get<1>(gate_inputs)(_, _, n, _, 0));
+  Tensor up_src = up_copy.partition_S(get<1>(up_inputs)(_, _, n, _, 0));
+  for (int k = 0; k < k_tiles; ++k) {
+    pipeline.producer_acquire(write);
+    auto* full = pipeline.producer_get_barrier(write);
+    const int stage = write.index();
+    copy(p.gate.tma_load_a.with(*full, 0), x_src(_, _, _, k), x_dst(_, _, _, stage));
+    copy(p.gate.tma_load_b.with(*full, weight_mask), gate_src(_, _, _, k),
+         gate_copy.partition_D(b_half(stage, 0)));
+    copy(p.up.tma_load_b.with(*full, weight_mask), up_src(_, _, _, k),
+         up_copy.partition_D(b_half(stage, 1)));
+    ++write;
   }
   // Blocks of a cluster must not exit while their multicasts may still land in a peer.
   pipeline.producer_tail(write);
@@ -275,38 +251,33 @@ __global__ void __launch_bounds__(kGateUpThreads, 1)
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
   const int consumer_idx = thread_idx - kProducerThreads;
   GateUpTiledMma tiled_mma;
+  Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(StackedTile{}));  // [gate | up]
   GateUpMainloop mainloop;
   GateUpPipelineState read;
+  mainloop.mma(pipeline, read, acc, k_tiles, consumer_idx, shared.tensors, p.stacked);
+  mainloop.mma_tail(pipeline, read, k_tiles);
+
+  // h = silu(gate) * up. One wgmma atom covers a warp group's 64 x 2 TILE_N: a thread holds
+  // column pairs (c, c + 1) every 8 columns, so its fragment's first half is gate columns and
+  // the second half the same columns of up, TILE_N / 2 values later.
+  static_assert(decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1,
+                "one wgmma atom per warp group");
+  constexpr int kHalf = decltype(size(acc))::value / 2;
+  static_assert(kHalf == TILE_N / 2, "TILE_N / 2 gate values per thread");
   // A thread's (row, column) in the stacked tile for each accumulator value.
   Tensor coords = tiled_mma.get_thread_slice(consumer_idx)
                       .partition_C(make_identity_tensor(take<0, 2>(StackedTile{})));
-  const TileWalk walk = TileWalk::of_block(p);
-  for (int t = walk.first; t < walk.count; t += walk.step) {
-    const auto [m_tile, n_tile] = TileWalk::tile(p, t);
-    Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(StackedTile{}));  // [gate | up]
-    mainloop.mma(pipeline, read, acc, k_tiles, consumer_idx, shared.tensors, p.stacked);
-    mainloop.mma_tail(pipeline, read, k_tiles);
-    read.advance(k_tiles);
-
-    // h = silu(gate) * up. One wgmma atom covers a warp group's 64 x 2 TILE_N: a thread holds
-    // column pairs (c, c + 1) every 8 columns, so its fragment's first half is gate columns
-    // and the second half the same columns of up, TILE_N / 2 values later.
-    static_assert(decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1,
-                  "one wgmma atom per warp group");
-    constexpr int kHalf = decltype(size(acc))::value / 2;
-    static_assert(kHalf == TILE_N / 2, "TILE_N / 2 gate values per thread");
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kHalf; i += 2) {
-      const auto [r, c] = coords(i);  // c + 1 at i + 1
-      const int64_t row = int64_t(m_tile) * kTileM + r;
-      const int64_t col = int64_t(n_tile) * TILE_N + c;
-      if (row >= p.batch || col >= p.hidden) continue;
-      cutlass::AlignedArray<Element, 2> pair;
-      pair[0] = Element(silu(acc(i)) * acc(i + kHalf));
-      pair[1] = Element(silu(acc(i + 1)) * acc(i + 1 + kHalf));
-      // hidden is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
-      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(p.h + row * p.hidden + col) = pair;
-    }
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < kHalf; i += 2) {
+    const auto [r, c] = coords(i);  // c + 1 at i + 1
+    const int64_t row = int64_t(blockIdx.x) * kTileM + r;
+    const int64_t col = int64_t(blockIdx.y) * TILE_N + c;
+    if (row >= p.batch || col >= p.hidden) continue;
+    cutlass::AlignedArray<Element, 2> pair;
+    pair[0] = Element(silu(acc(i)) * acc(i + kHalf));
+    pair[1] = Element(silu(acc(i + 1)) * acc(i + 1 + kHalf));
+    // hidden is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
+    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(p.h + row * p.hidden + col) = pair;
   }
 #endif
 }
@@ -394,8 +365,7 @@ int run_plain(const MlpCall& c, kf_elem* h) {
 struct DeviceSetup {
   bool ready = false;
   int sm_count = 0;
-  int gate_up_clusters = 0;  // gate-up clusters that fit at once
-  int down_clusters = 0;     // down clusters that fit at once
+  int down_clusters = 0;  // down clusters that fit at once
 };
 
 // Clusters of `cluster_size` blocks of `kernel` that fit on the device at once (0 if unknown).
@@ -432,15 +402,13 @@ bool setup_device(int device, DeviceSetup& setup) {
                            DownKernel::SharedStorageSize) != cudaSuccess) {
     return false;
   }
-  setup.gate_up_clusters = clusters_that_fit(reinterpret_cast<const void*>(gate_up_kernel),
-                                             CLUSTER_M, kGateUpThreads, int(sizeof(GateUpShared)));
   setup.down_clusters = clusters_that_fit(down, DOWN_CLUSTER_M, DownKernel::MaxThreadsPerBlock,
                                           DownKernel::SharedStorageSize);
   setup.ready = true;
   return true;
 }
 
-int run_gate_up(const MlpCall& c, Element* h, const DeviceSetup& setup) {
+int run_gate_up(const MlpCall& c, Element* h) {
   const auto problem = cute::make_shape(c.batch, c.hidden, c.dim, 1);
   using StrideX = typename HalfMainloop::StrideA;  // (M, K, L)
   using StrideW = typename HalfMainloop::StrideB;  // (N, K, L)
@@ -449,34 +417,24 @@ int run_gate_up(const MlpCall& c, Element* h, const DeviceSetup& setup) {
   const auto* x = reinterpret_cast<const Element*>(c.x);
   const auto* w_gate = reinterpret_cast<const Element*>(c.w_gate);
   const auto* w_up = reinterpret_cast<const Element*>(c.w_up);
-  GateUpParams params{
+  const GateUpParams params{
       HalfMainloop::to_underlying_arguments(problem, {x, x_stride, w_gate, w_stride}, nullptr),
       HalfMainloop::to_underlying_arguments(problem, {x, x_stride, w_up, w_stride}, nullptr),
       GateUpMainloop::to_underlying_arguments(problem, {x, x_stride, w_gate, w_stride}, nullptr),
       h,
       c.batch,
       c.hidden,
-      c.dim,
-      0,
-      0};
+      c.dim};
   const int64_t m_tiles = (int64_t(c.batch) + kTileM - 1) / kTileM;
   const int64_t n_tiles = (int64_t(c.hidden) + TILE_N - 1) / TILE_N;
-  const int64_t cluster_rows = (m_tiles + CLUSTER_M - 1) / CLUSTER_M;
-  const int64_t cluster_tiles = cluster_rows * n_tiles;
-  if (cluster_tiles * CLUSTER_M > INT32_MAX) return KF_ERR_UNSUPPORTED;
-  params.cluster_rows = int(cluster_rows);
-  params.cluster_tiles = int(cluster_tiles);
-  // PERSISTENT: as many clusters as fit at once, each walking its share of the tiles (the
-  // next tile's loads overlap this one's epilogue); else one cluster per cluster tile.
-  const int64_t clusters = PERSISTENT && setup.gate_up_clusters > 0
-                               ? std::min<int64_t>(cluster_tiles, setup.gate_up_clusters)
-                               : cluster_tiles;
+  const int64_t m_blocks = (m_tiles + CLUSTER_M - 1) / CLUSTER_M * CLUSTER_M;
+  if (m_blocks > INT32_MAX || n_tiles > 65535) return KF_ERR_UNSUPPORTED;
 
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim = {unsigned(CLUSTER_M), 1, 1};
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(clusters * CLUSTER_M), 1, 1);
+  config.gridDim = dim3(unsigned(m_blocks), unsigned(n_tiles), 1);
   config.blockDim = dim3(kGateUpThreads, 1, 1);
   config.dynamicSmemBytes = sizeof(GateUpShared);
   config.stream = c.stream;
@@ -578,7 +536,6 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
     return KF_ERR_LAUNCH;
   }
   auto* h_element = reinterpret_cast<Element*>(h);
-  if (const int status = run_gate_up(call, h_element, setups[device]); status != KF_OK)
-    return status;
+  if (const int status = run_gate_up(call, h_element); status != KF_OK) return status;
   return run_down(call, h_element, setups[device], device);
 }
