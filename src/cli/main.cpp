@@ -34,6 +34,7 @@
 #include "cli/loop_command.h"
 #include "cli/plan_command.h"
 #include "cli/profile_command.h"
+#include "cli/report_command.h"
 #include "cli/table_check.h"
 #include "cli/tune_command.h"
 #include "compile/compiler.h"
@@ -370,6 +371,8 @@ int main(int argc, char** argv) {
   auto* profile = add_profile_command(app, profile_flags);
   PlanFlags plan_flags;
   auto* plan = add_plan_command(app, plan_flags);
+  ReportFlags report_flags;
+  auto* report = add_report_command(app, report_flags);
   // Standalone until `kforge profile --torch-trace` (add_torch_trace_options) takes it over.
   TorchTraceFlags torch_trace_flags;
   auto* import_torch_trace = add_import_torch_trace_command(app, torch_trace_flags);
@@ -406,6 +409,7 @@ int main(int argc, char** argv) {
     if (*loop) return cmd_loop(loop_flags, device_flags);
     if (*profile) return cmd_profile(profile_flags, args);
     if (*plan) return cmd_plan(plan_flags, args);
+    if (*report) return cmd_report(report_flags, args);
     if (*import_torch_trace) return cmd_import_torch_trace(torch_trace_flags, args);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kforge: {}\n", e.what());

@@ -1,0 +1,232 @@
+#include "report/report_data.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/json_file.h"
+#include "ops/registry.h"
+
+namespace kforge {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool is_workspace(const fs::path& dir) {
+  if (!fs::is_directory(dir)) return false;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (fs::exists(entry.path() / "task.json")) return true;
+  }
+  return false;
+}
+
+std::vector<json> read_json_lines(const fs::path& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      out.push_back(json::parse(line));
+    } catch (const json::exception& e) {
+      throw Error(fmt::format("{}:{}: not a JSON record: {}", path.string(), number, e.what()));
+    }
+  }
+  return out;
+}
+
+double number_or(const json& j, const char* key, double fallback = 0) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+
+// One task: its experiments as points, the frontier of kept (hence passing) ones, and counts.
+json collect_task(const fs::path& dir) {
+  const json task = read_json_file(dir / "task.json");
+  const std::vector<json> records = fs::exists(dir / "experiments.jsonl")
+                                        ? read_json_lines(dir / "experiments.jsonl")
+                                        : std::vector<json>{};
+  const std::string op_name = task.value("op", "");
+  const std::string shape = task.value("shape", "");
+  const std::string dtype = task.value("dtype", "");
+  json out = {{"name", dir.filename().string()},
+              {"op", op_name},
+              {"shape", shape},
+              {"dtype", dtype},
+              {"device", task.value("device", "")}};
+  const OpSpec* op = find_op(op_name);
+  const std::optional<DType> element = parse_dtype(dtype);
+  if (op != nullptr && element && !shape.empty()) {
+    const Cost cost = op->cost(op->parse_shape(shape), *element);
+    out["bytes"] = cost.bytes;
+    out["flops"] = cost.flops;
+  }
+
+  // The start: the best kernel as the first experiment found it (its `best` timing).
+  double start_us = 0;
+  for (const auto& r : records) {
+    if (r.contains("best") && r["best"].is_object()) {
+      start_us = number_or(r["best"], "median_us");
+      break;
+    }
+  }
+  json points = json::array(), frontier = json::array();
+  std::map<std::string, int> verdicts;
+  int kept = 0;
+  double best_us = start_us;
+  if (start_us > 0) frontier.push_back({{"n", 0}, {"time_us", start_us}});
+  for (const auto& r : records) {
+    const int n = r.value("experiment", static_cast<int>(points.size()) + 1);
+    const std::string verdict = r.value("verdict", "?");
+    const bool is_kept = r.value("kept", false);
+    const double time_us = number_or(r, "time_us");
+    ++verdicts[verdict];
+    json point = {{"n", n},
+                  {"verdict", verdict},
+                  {"kept", is_kept},
+                  {"proposer", r.value("proposer", "")},
+                  {"note", r.value("note", "")}};
+    if (time_us > 0) point["time_us"] = time_us;
+    points.push_back(point);
+    if (is_kept && time_us > 0) {
+      ++kept;
+      best_us = best_us > 0 ? std::min(best_us, time_us) : time_us;
+      frontier.push_back({{"n", n}, {"time_us", best_us}});
+    }
+  }
+  out["start_us"] = start_us;
+  out["best_us"] = best_us;
+  out["speedup"] = start_us > 0 && best_us > 0 ? start_us / best_us : 1.0;
+  out["experiments"] = records.size();
+  out["kept"] = kept;
+  out["verdicts"] = verdicts;
+  out["points"] = points;
+  out["frontier"] = frontier;
+  return out;
+}
+
+// The plan's groups with their kernel time, and what each becomes: verify's prediction for the
+// swapped groups when a verify result is given, else the workspace's best kept kernel at the
+// group's op and shape.
+json collect_plan(const json& plan, const json& verify, const json& tasks) {
+  json groups = json::array();
+  double grouped_us = 0;
+  for (const auto& g : plan.at("groups")) {
+    const double time_us = number_or(g, "time_ns") / 1e3;
+    grouped_us += time_us;
+    json group = {{"name", g.value("name", g.value("op", "?"))},
+                  {"op", g.value("op", "")},
+                  {"shape", g.value("shape", "")},
+                  {"calls", g.value("calls", 0)},
+                  {"time_us", time_us}};
+    const double calls = number_or(g, "calls");
+    if (!verify.is_null()) {
+      for (const auto& p :
+           verify.value("predicted", json::object()).value("groups", json::array())) {
+        if (p.value("group", "") == group["name"] && p.value("shape", "") == group["shape"]) {
+          group["after_us"] =
+              (number_or(p, "kforge_us_per_call") + number_or(p, "left_in_place_us_per_call")) *
+              calls;
+        }
+      }
+    } else {
+      for (const auto& t : tasks) {
+        if (t["op"] == group["op"] && t["shape"] == group["shape"] && t.value("best_us", 0.0) > 0) {
+          group["after_us"] = t["best_us"].get<double>() * calls;
+        }
+      }
+    }
+    groups.push_back(group);
+  }
+  json out = {{"device", plan.value("device", "")},
+              {"kernel_time_us", number_or(plan, "kernel_time_ns") / 1e3},
+              {"other_us", number_or(plan, "kernel_time_ns") / 1e3 - grouped_us},
+              {"groups", groups},
+              {"after_source", verify.is_null() ? "the workspace's best kept kernels"
+                                                : "kforge verify's per-group prediction"}};
+  if (!verify.is_null()) {
+    out["measured_speedup"] =
+        verify.value("speedup", json::object()).value("eager_kforge_vs_eager", 0.0);
+  }
+  return out;
+}
+
+}  // namespace
+
+ReportSources classify_report_paths(const std::vector<fs::path>& paths) {
+  ReportSources s;
+  for (const auto& p : paths) {
+    if (is_workspace(p)) {
+      s.workspace = p;
+      continue;
+    }
+    if (!fs::is_regular_file(p) || p.extension() != ".json") {
+      throw UsageError(fmt::format(
+          "{}: not a loop workspace (a folder of tasks) or a plan, verify or ceilings JSON file",
+          p.string()));
+    }
+    const json j = read_json_file(p);
+    if (j.contains("groups") && j.contains("kernel_time_ns")) {
+      s.plan = p;
+    } else if (j.contains("step_ms") && j.contains("checks")) {
+      s.verify = p;
+    } else if (j.contains("ceilings") && j["ceilings"].contains("copy_gbps")) {
+      s.ceilings = p;
+    } else {
+      throw UsageError(fmt::format("{}: not a plan, verify or ceilings JSON file", p.string()));
+    }
+  }
+  return s;
+}
+
+json collect_report(const ReportSources& sources) {
+  json report = {{"tasks", json::array()}};
+  if (!sources.workspace.empty()) {
+    std::vector<fs::path> dirs;
+    for (const auto& entry : fs::directory_iterator(sources.workspace)) {
+      if (fs::exists(entry.path() / "task.json")) dirs.push_back(entry.path());
+    }
+    std::sort(dirs.begin(), dirs.end());
+    for (const auto& d : dirs)
+      report["tasks"].push_back(collect_task(d));
+    report["workspace"] = sources.workspace.string();
+    if (!report["tasks"].empty()) report["device"] = report["tasks"][0]["device"];
+  }
+  const json plan = sources.plan.empty() ? json() : read_json_file(sources.plan);
+  const json verify = sources.verify.empty() ? json() : read_json_file(sources.verify);
+  if (!plan.is_null()) {
+    report["plan"] = collect_plan(plan, verify, report["tasks"]);
+    report["plan"]["source"] = sources.plan.string();
+    if (!report.contains("device")) report["device"] = plan.value("device", "");
+  }
+  if (!verify.is_null()) {
+    report["verify"] = {{"source", sources.verify.string()},
+                        {"model", verify.value("model", "")},
+                        {"pass", verify.value("pass", false)},
+                        {"step_ms", verify.value("step_ms", json::object())},
+                        {"speedup", verify.value("speedup", json::object())}};
+  }
+  // Ceilings: the file given, else the plan's.
+  if (!sources.ceilings.empty()) {
+    const json c = read_json_file(sources.ceilings);
+    report["ceilings"] = {{"copy_gbps", c["ceilings"].value("copy_gbps", 0.0)},
+                          {"source", sources.ceilings.string()}};
+    if (c["ceilings"].contains("matmul_tflops")) {
+      report["ceilings"]["matmul_tflops"] = c["ceilings"]["matmul_tflops"];
+    }
+  } else if (!plan.is_null() && plan.contains("ceilings")) {
+    report["ceilings"] = plan["ceilings"];
+    report["ceilings"]["source"] = "the plan's ceilings";
+  }
+  return report;
+}
+
+}  // namespace kforge
