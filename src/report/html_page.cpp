@@ -1,5 +1,7 @@
 #include "report/html_page.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace kforge {
@@ -51,11 +53,19 @@ std::string task_table(const json& tasks) {
         escape(t["dtype"].get<std::string>()), num(t, "start_us"), num(t, "best_us"),
         num(t, "speedup"), t["experiments"].get<int>(), t["kept"].get<int>(), escape(verdicts));
   }
+  const bool has_tunes = std::any_of(tasks.begin(), tasks.end(), [](const json& t) {
+    return t.value("source", "") == "tune database";
+  });
+  const std::string tune_note =
+      has_tunes ? "<p>For a tune database's problems: start is the first timed evaluation, best "
+                  "the fastest timed (passing) one, and kept the evaluations that were a new "
+                  "best.</p>\n"
+                : "";
   return fmt::format(
-      "<h2>Tasks</h2>\n<table id=\"tasks\"><tr><th>task</th><th>op</th><th>shape</th><th>dtype"
+      "<h2>Tasks</h2>\n{}<table id=\"tasks\"><tr><th>task</th><th>op</th><th>shape</th><th>dtype"
       "</th><th>start µs</th><th>best kept µs</th><th>speedup</th><th>experiments</th><th>kept"
       "</th><th>verdicts</th></tr>\n{}</table>\n",
-      rows);
+      tune_note, rows);
 }
 
 std::string plan_table(const json& plan) {

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "core/json_file.h"
 #include "ops/registry.h"
+#include "run/verdict.h"
+#include "tune/results_db.h"
 
 namespace kforge {
 namespace {
@@ -48,6 +50,17 @@ double number_or(const json& j, const char* key, double fallback = 0) {
   return it != j.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
+// The bytes and FLOPs of one call of the task's problem, from its op's spec.
+void add_cost(json& task) {
+  const OpSpec* op = find_op(task.value("op", ""));
+  const std::optional<DType> element = parse_dtype(task.value("dtype", ""));
+  const std::string shape = task.value("shape", "");
+  if (op == nullptr || !element || shape.empty()) return;
+  const Cost cost = op->cost(op->parse_shape(shape), *element);
+  task["bytes"] = cost.bytes;
+  task["flops"] = cost.flops;
+}
+
 // One task: its experiments as points, the frontier of kept (hence passing) ones, and counts.
 json collect_task(const fs::path& dir) {
   const json task = read_json_file(dir / "task.json");
@@ -62,13 +75,7 @@ json collect_task(const fs::path& dir) {
               {"shape", shape},
               {"dtype", dtype},
               {"device", task.value("device", "")}};
-  const OpSpec* op = find_op(op_name);
-  const std::optional<DType> element = parse_dtype(dtype);
-  if (op != nullptr && element && !shape.empty()) {
-    const Cost cost = op->cost(op->parse_shape(shape), *element);
-    out["bytes"] = cost.bytes;
-    out["flops"] = cost.flops;
-  }
+  add_cost(out);
 
   // The start: the best kernel as the first experiment found it (its `best` timing).
   double start_us = 0;
@@ -111,6 +118,58 @@ json collect_task(const fs::path& dir) {
   out["points"] = points;
   out["frontier"] = frontier;
   return out;
+}
+
+// One task per (problem, device) of a tune database: every evaluation as a point, in the order
+// recorded; the frontier is the best timed (hence passing) evaluation so far.
+json collect_tune_db(const fs::path& path) {
+  const ResultsDb db(path);
+  json tasks = json::array();
+  for (const std::string& problem : db.problems()) {
+    for (const std::string& device : db.devices_for(problem)) {
+      // "softmax 8192x8192 bf16"
+      const size_t first = problem.find(' '), last = problem.rfind(' ');
+      json task = {{"name", fmt::format("{} on {}", problem, device)},
+                   {"op", problem.substr(0, first)},
+                   {"shape", first == last ? "" : problem.substr(first + 1, last - first - 1)},
+                   {"dtype", first == last ? "" : problem.substr(last + 1)},
+                   {"device", device},
+                   {"source", "tune database"}};
+      add_cost(task);
+      json points = json::array(), frontier = json::array();
+      std::map<std::string, int> verdicts;
+      double start_us = 0, best_us = 0;
+      int improved = 0, n = 0;
+      for (const auto& e : db.evaluations(problem, device)) {
+        ++n;
+        const std::string verdict(verdict_name(e.verdict));
+        ++verdicts[verdict];
+        json point = {{"n", n}, {"verdict", verdict}, {"note", e.variant}};
+        if (e.timed()) {
+          const double us = e.stats.median * 1e3;
+          point["time_us"] = us;
+          if (start_us == 0) start_us = us;
+          if (best_us == 0 || us < best_us) {
+            best_us = us;
+            ++improved;
+            point["kept"] = true;
+            frontier.push_back({{"n", n}, {"time_us", us}});
+          }
+        }
+        points.push_back(point);
+      }
+      task["start_us"] = start_us;
+      task["best_us"] = best_us;
+      task["speedup"] = start_us > 0 && best_us > 0 ? start_us / best_us : 1.0;
+      task["experiments"] = n;
+      task["kept"] = improved;
+      task["verdicts"] = verdicts;
+      task["points"] = points;
+      task["frontier"] = frontier;
+      tasks.push_back(task);
+    }
+  }
+  return tasks;
 }
 
 // The plan's groups with their kernel time, and what each becomes: verify's prediction for the
@@ -168,9 +227,14 @@ ReportSources classify_report_paths(const std::vector<fs::path>& paths) {
       s.workspace = p;
       continue;
     }
+    if (fs::is_regular_file(p) && (p.extension() == ".sqlite" || p.extension() == ".db")) {
+      s.tune_db = p;
+      continue;
+    }
     if (!fs::is_regular_file(p) || p.extension() != ".json") {
       throw UsageError(fmt::format(
-          "{}: not a loop workspace (a folder of tasks) or a plan, verify or ceilings JSON file",
+          "{}: not a loop workspace (a folder of tasks), a tune database (.sqlite) or a plan, "
+          "verify or ceilings JSON file",
           p.string()));
     }
     const json j = read_json_file(p);
@@ -199,6 +263,17 @@ json collect_report(const ReportSources& sources) {
       report["tasks"].push_back(collect_task(d));
     report["workspace"] = sources.workspace.string();
     if (!report["tasks"].empty()) report["device"] = report["tasks"][0]["device"];
+  }
+  if (!sources.tune_db.empty()) {
+    if (!fs::is_regular_file(sources.tune_db)) {
+      throw Error(fmt::format("{}: no such tune database", sources.tune_db.string()));
+    }
+    for (auto& t : collect_tune_db(sources.tune_db))
+      report["tasks"].push_back(std::move(t));
+    report["tune_db"] = sources.tune_db.string();
+    if (!report.contains("device") && !report["tasks"].empty()) {
+      report["device"] = report["tasks"][0]["device"];
+    }
   }
   const json plan = sources.plan.empty() ? json() : read_json_file(sources.plan);
   const json verify = sources.verify.empty() ? json() : read_json_file(sources.verify);

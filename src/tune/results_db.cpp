@@ -250,6 +250,14 @@ std::optional<DeviceInfo> ResultsDb::find_device(const std::string& key) const {
   return nlohmann::json::parse(s.text(0)).get<DeviceInfo>();
 }
 
+std::vector<std::string> ResultsDb::problems() const {
+  Statement s(db_, "SELECT DISTINCT problem FROM evaluations ORDER BY problem");
+  std::vector<std::string> out;
+  while (s.step())
+    out.push_back(s.text(0));
+  return out;
+}
+
 std::vector<std::string> ResultsDb::devices_for(const std::string& problem) const {
   Statement s(db_,
               "SELECT device FROM evaluations WHERE problem = ? GROUP BY device "

@@ -81,6 +81,8 @@ class ResultsDb {
   // The device a key stands for, as last recorded (replays need its limits).
   void put_device(const DeviceInfo& device);
   std::optional<DeviceInfo> find_device(const std::string& key) const;
+  // Every problem with evaluations, in name order.
+  std::vector<std::string> problems() const;
   // Devices with evaluations of `problem`, most evaluations first.
   std::vector<std::string> devices_for(const std::string& problem) const;
 

@@ -5,6 +5,8 @@
 #include <map>
 #include <regex>
 
+#include <sqlite3.h>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -51,6 +53,12 @@ std::string rendered_dom(const fs::path& page) {
       std::chrono::minutes(2));
   EXPECT_TRUE(r.ok()) << r.output;
   return r.output;
+}
+
+// `text` matched literally inside a regular expression.
+std::string literal(const std::string& text) {
+  static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
+  return std::regex_replace(text, special, R"(\$&)");
 }
 
 // What the experiment logs say, computed here independently of kforge: per task, the number of
@@ -106,7 +114,7 @@ TEST(ReportCli, WritesAPageTheBrowserShowsWithTheLogsNumbers) {
   for (const auto& entry : fs::directory_iterator(data("ws"))) {
     const std::string name = entry.path().filename().string();
     const LoggedTask logged = read_log(entry.path());
-    const std::regex row("<tr data-task=\"" + name +
+    const std::regex row("<tr data-task=\"" + literal(name) +
                          "\">.*?<td class=\"start\">([0-9.]+)</td><td class=\"best\">([0-9.]+)"
                          "</td><td class=\"speedup\">([0-9.]+)</td><td>([0-9]+)</td><td>"
                          "([0-9]+)</td>");
@@ -125,6 +133,49 @@ TEST(ReportCli, WritesAPageTheBrowserShowsWithTheLogsNumbers) {
               std::string::npos)
         << mode;
   }
+}
+
+// A tune's results database as input: one row per problem, its evaluations counted and its
+// best time as SQLite holds them (read here with SQLite directly).
+TEST(ReportCli, ShowsATuneDatabase) {
+  const fs::path dir = test::temp_dir("report-tune");
+  ::setenv("KFORGE_CACHE_DIR", test::shared_module_cache().c_str(), 1);
+  const std::string db = (dir / "results.sqlite").string();
+  CommandResult r =
+      kforge({"tune", test::kernels_dir() + "/rmsnorm/rmsnorm_cpu.cpp", "--shape", "64x64",
+              "--backend", "cpu", "--strategy", "exhaustive", "--no-final-check", "--db", db});
+  ::unsetenv("KFORGE_CACHE_DIR");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = kforge({"report", db, "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(handle,
+                               "SELECT problem, device, count(*), min(CASE WHEN samples > 0 AND "
+                               "verdict = 'OK' THEN median_ms END) FROM evaluations GROUP BY 1, 2",
+                               -1, &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  const std::string name =
+      fmt::format("{} on {}", reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)),
+                  reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)));
+  const int evaluations = sqlite3_column_int(stmt, 2);
+  const double best_us = sqlite3_column_double(stmt, 3) * 1e3;
+  EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE);  // one problem on one device
+  sqlite3_finalize(stmt);
+  sqlite3_close(handle);
+
+  const std::string dom = rendered_dom(dir / "out" / "index.html");
+  EXPECT_NE(dom.find("data-figures=\"1\" data-figures-loaded=\"1\""), std::string::npos);
+  const std::regex row("<tr data-task=\"" + literal(name) +
+                       "\">.*?<td class=\"best\">([0-9.]+)</td><td class=\"speedup\">[0-9.]+"
+                       "</td><td>([0-9]+)</td>");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dom, m, row)) << name << "\n" << dom.substr(0, 3000);
+  EXPECT_EQ(m[1].str(), fmt::format("{:.2f}", best_us));
+  EXPECT_EQ(std::stoi(m[2].str()), evaluations);
 }
 
 TEST(ReportCli, RefusesWhatItCannotRead) {

@@ -16,12 +16,14 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
+matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable SVGs
 import matplotlib.pyplot as plt  # noqa: E402
 
 FIGURES = []  # (name, per_task, function), in the page's order
 
 VERDICT_STYLE = {  # marker, colour of an experiment by its verdict
     "KEEP": ("o", "#1b9e77"),
+    "OK": ("o", "#7570b3"),  # a tune's evaluation that passed and was timed
     "REVERT": ("o", "#7570b3"),
     "UNCHANGED": ("o", "#999999"),
     "COMPILE_ERROR": ("x", "#d95f02"),
@@ -61,12 +63,20 @@ def progress(ax, report, task):
     frontier = task["frontier"]
     xs = [f["n"] for f in frontier] + [points[-1]["n"]]
     ys = [f["time_us"] for f in frontier] + [frontier[-1]["time_us"]]
-    ax.step(xs, ys, where="post", color="#1b9e77", linewidth=2, label="best kept (passing)")
+    tune = task.get("source") == "tune database"
+    ax.step(xs, ys, where="post", color="#1b9e77", linewidth=2,
+            label="best so far (timed, passing)" if tune else "best kept (passing)")
     ax.set_ylim(bottom * 0.97, top)
-    ax.set_xlabel("experiment")
+    ax.set_xlabel("evaluation" if tune else "experiment")
     ax.set_ylabel("time per call (µs)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper right")
+    if tune:
+        return (f"{task['name']}: every evaluation",
+                f"{task['experiments']} evaluations, {task['kept']} of them a new best; first "
+                f"timed {task['start_us']:.2f} µs, best {task['best_us']:.2f} µs "
+                f"({task['speedup']:.2f}x). Failed evaluations sit on the bottom edge, marked by "
+                f"verdict; the line is the best timed, passing variant so far.")
     return (f"{task['name']}: every experiment",
             f"{task['experiments']} experiments, {task['kept']} kept; {task['start_us']:.2f} → "
             f"{task['best_us']:.2f} µs ({task['speedup']:.2f}x). Failed experiments sit on the "
