@@ -8,8 +8,10 @@
 // Attention O = softmax(sm_scale * Q K^T [causal mask]) V on the CPU, single-threaded.
 //
 // Idea: for each (batch, head), K and V are converted to double once (each key row is then
-// used by every query). Queries are taken QUERY_BLOCK at a time, and each key or value row is
-// applied to every query of the block while it is hot in cache. Per query row i:
+// used by every query; with grouped-query attention, once for the group of query heads that
+// shares them: query head h of a batch reads key/value head h / (heads / kv_heads)). Queries are
+// taken QUERY_BLOCK at a time, and each key or value row is applied to every query of the block
+// while it is hot in cache. Per query row i:
 //   1. scores s_j = sm_scale * (q_i . k_j) for the keys it sees (j <= i when causal, else all);
 //   2. the row max m over those scores;
 //   3. p_j = exp(s_j - m) and their sum l (at least 1: the max contributes exp(0));
@@ -82,10 +84,15 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
       o.dtype != kf_elem_dtype) {
     return KF_ERR_UNSUPPORTED;
   }
-  if (q.ndim != 4 || !same_shape(q, k) || !same_shape(q, v) || !same_shape(q, o)) {
+  // K and V may have fewer heads (grouped-query attention), each shared by `group` query heads.
+  if (q.ndim != 4 || k.ndim != 4 || !same_shape(q, o) || !same_shape(k, v) ||
+      k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || k.shape[3] != q.shape[3] ||
+      k.shape[1] <= 0 || q.shape[1] % k.shape[1] != 0) {
     return KF_ERR_UNSUPPORTED;
   }
-  const int64_t batch_heads = q.shape[0] * q.shape[1];
+  const int64_t heads = q.shape[1];
+  const int64_t group = heads / k.shape[1];
+  const int64_t batch_heads = q.shape[0] * heads;
   const int64_t seq_len = q.shape[2];
   const int64_t head_dim = q.shape[3];
   const double sm_scale = args->scalars[0];
@@ -114,8 +121,12 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
 
   for (int64_t head = 0; head < batch_heads; ++head) {
     const int64_t head_offset = head * seq_len * head_dim;
-    rows_to_double(k_data + head_offset, seq_len * head_dim, k_head.data());
-    rows_to_double(v_data + head_offset, seq_len * head_dim, v_head.data());
+    // The query heads of a group are consecutive: convert their K and V once, at the first.
+    const int64_t kv_offset = head / group * seq_len * head_dim;
+    if (head % group == 0) {
+      rows_to_double(k_data + kv_offset, seq_len * head_dim, k_head.data());
+      rows_to_double(v_data + kv_offset, seq_len * head_dim, v_head.data());
+    }
 
     for (int64_t i0 = 0; i0 < seq_len; i0 += QUERY_BLOCK) {
       const int64_t query_count = min_i64(QUERY_BLOCK, seq_len - i0);

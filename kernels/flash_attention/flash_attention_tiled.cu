@@ -16,9 +16,10 @@
  */
 // Flash attention forward on the CUDA cores, one pass over the keys with an online softmax.
 //
-// Idea: a block takes BLOCK_Q query rows of one (batch, head); THREADS_PER_ROW consecutive
-// lanes share a row, each holding a slice of the row's q and of its output accumulator o in
-// registers (fp32). The block walks the keys in tiles of BLOCK_KV rows: K and V tiles are
+// Idea: a block takes BLOCK_Q query rows of one (batch, head) (reading the key/value head its
+// query head maps to: head / (heads / kv_heads) under grouped-query attention); THREADS_PER_ROW
+// consecutive lanes share a row, each holding a slice of the row's q and of its output accumulator
+// o in registers (fp32). The block walks the keys in tiles of BLOCK_KV rows: K and V tiles are
 // converted to fp32 in shared memory, then for each key a lane computes a partial dot product
 // over its slice, and a butterfly shuffle across the row's lanes completes it (every lane gets
 // the same bits). The softmax runs online in fp32: with m the running maximum of the scaled
@@ -101,10 +102,11 @@ __device__ __forceinline__ void load_kv_tile(float* __restrict__ tile,
 template <int kDim>
 __global__ void __launch_bounds__(kThreads)
     flash_attention_tiled(const kf_elem* __restrict__ q,  // q: [batch * heads, seq_len, head_dim]
-                          const kf_elem* __restrict__ k,  // k: [batch * heads, seq_len, head_dim]
-                          const kf_elem* __restrict__ v,  // v: [batch * heads, seq_len, head_dim]
-                          kf_elem* __restrict__ o,        // o: [batch * heads, seq_len, head_dim]
-                          int seq_len, int head_dim, float scale_log2, bool causal, bool packed) {
+                          const kf_elem* __restrict__ k,  // k: [batch * kv_heads, seq_len, ...]
+                          const kf_elem* __restrict__ v,  // v: like k
+                          kf_elem* __restrict__ o,        // o: like q
+                          int seq_len, int head_dim, int group, float scale_log2, bool causal,
+                          bool packed) {
   constexpr int kChunkStride = 4 * THREADS_PER_ROW;
   constexpr int kChunks = kDim / kChunkStride;
   constexpr int kSlice = 4 * kChunks;
@@ -119,9 +121,11 @@ __global__ void __launch_bounds__(kThreads)
   const int row = q0 + int(threadIdx.x) / THREADS_PER_ROW;
   const bool has_row = row < seq_len;
   const int64_t head_offset = int64_t(blockIdx.y) * seq_len * head_dim;
+  // Grouped-query attention: `group` consecutive query heads share one key/value head.
+  const int64_t kv_offset = int64_t(blockIdx.y) / group * seq_len * head_dim;
   q += head_offset;
-  k += head_offset;
-  v += head_offset;
+  k += kv_offset;
+  v += kv_offset;
   o += head_offset;
 
   // This lane's slice of its q row (zero past head_dim or seq_len) and of the accumulator.
@@ -227,7 +231,8 @@ bool is_aligned(const void* p, size_t bytes) {
 
 template <int kDim>
 int launch(const kf_elem* q, const kf_elem* k, const kf_elem* v, kf_elem* o, int64_t heads,
-           int64_t seq_len, int64_t head_dim, float scale_log2, bool causal, cudaStream_t stream) {
+           int64_t seq_len, int64_t head_dim, int64_t group, float scale_log2, bool causal,
+           cudaStream_t stream) {
   constexpr int kSmemBytes = 2 * BLOCK_KV * kDim * int(sizeof(float));
   if (kSmemBytes > 48 * 1024) {
     // Above 48 KB, dynamic shared memory needs an opt-in (a host-side attribute, no sync).
@@ -242,7 +247,7 @@ int launch(const kf_elem* q, const kf_elem* k, const kf_elem* v, kf_elem* o, int
   const dim3 grid(static_cast<unsigned>((seq_len + BLOCK_Q - 1) / BLOCK_Q),
                   static_cast<unsigned>(heads));
   flash_attention_tiled<kDim><<<grid, kThreads, kSmemBytes, stream>>>(
-      q, k, v, o, int(seq_len), int(head_dim), scale_log2, causal, packed);
+      q, k, v, o, int(seq_len), int(head_dim), int(group), scale_log2, causal, packed);
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
@@ -254,16 +259,20 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
     return KF_ERR_UNSUPPORTED;
   }
   const kf_tensor& q = args->inputs[0];   // q: [batch, heads, seq_len, head_dim]
-  const kf_tensor& k = args->inputs[1];   // k: like q
-  const kf_tensor& v = args->inputs[2];   // v: like q
+  const kf_tensor& k = args->inputs[1];   // k: [batch, kv_heads, seq_len, head_dim]
+  const kf_tensor& v = args->inputs[2];   // v: like k
   const kf_tensor& o = args->outputs[0];  // o: like q
   if (q.dtype != kf_elem_dtype || k.dtype != kf_elem_dtype || v.dtype != kf_elem_dtype ||
       o.dtype != kf_elem_dtype) {
     return KF_ERR_UNSUPPORTED;
   }
-  if (q.ndim != 4 || !same_shape(q, k) || !same_shape(q, v) || !same_shape(q, o)) {
+  // K and V may have fewer heads than Q (grouped-query attention), each shared by `group`.
+  if (q.ndim != 4 || k.ndim != 4 || !same_shape(q, o) || !same_shape(k, v) ||
+      k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || k.shape[3] != q.shape[3] ||
+      k.shape[1] <= 0 || q.shape[1] % k.shape[1] != 0) {
     return KF_ERR_UNSUPPORTED;
   }
+  const int64_t group = q.shape[1] / k.shape[1];
   const int64_t heads = q.shape[0] * q.shape[1];  // (batch, head) pairs
   const int64_t seq_len = q.shape[2];
   const int64_t head_dim = q.shape[3];
@@ -281,9 +290,9 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   auto* o_data = static_cast<kf_elem*>(o.data);
   const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
   if (head_dim <= 64) {
-    return launch<64>(q_data, k_data, v_data, o_data, heads, seq_len, head_dim, scale_log2, causal,
-                      stream);
+    return launch<64>(q_data, k_data, v_data, o_data, heads, seq_len, head_dim, group, scale_log2,
+                      causal, stream);
   }
-  return launch<128>(q_data, k_data, v_data, o_data, heads, seq_len, head_dim, scale_log2, causal,
-                     stream);
+  return launch<128>(q_data, k_data, v_data, o_data, heads, seq_len, head_dim, group, scale_log2,
+                     causal, stream);
 }

@@ -53,8 +53,8 @@ struct MeasureOptions {
   std::chrono::milliseconds timeout{0};  // 0: scaled to the problem
 };
 
-// A candidate that runs more than this much faster on repeated inputs than on fresh ones is
-// reusing work across calls (its time on repeats over its time on fresh inputs).
+// A candidate whose fastest repeat of the previous inputs takes under this fraction of the
+// fastest tenth of its fresh samples is reusing work across calls.
 inline constexpr double kReuseRatio = 0.6;
 
 struct Measurement {

@@ -185,33 +185,52 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
     }
   } else if (op == "flash_attention") {
     // S = Q K^T (batched fp32 GEMM), P = masked softmax(scale * S), O = P V, over chunks of
-    // heads so the score matrices stay within about 2 GiB.
+    // query heads so the score matrices stay within about 2 GiB. Under grouped-query attention
+    // the query heads of a group share one key/value head: its K and V are given with a batch
+    // stride of 0.
     Handle handle(stream, true);
-    const int64_t bh = sizes.at("batch") * sizes.at("heads"), s = sizes.at("seq_len"),
-                  d = sizes.at("head_dim");
-    const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 29) / (s * s), 1, bh);
+    const int64_t s = sizes.at("seq_len"), d = sizes.at("head_dim");
+    const int64_t heads = sizes.at("heads");
+    const int64_t kv_heads =
+        sizes.contains("kv_heads") && sizes.at("kv_heads") > 0 ? sizes.at("kv_heads") : heads;
+    const int64_t group = heads / kv_heads;
+    const int64_t chunk =
+        std::clamp<int64_t>((int64_t{1} << 29) / (s * s), 1, sizes.at("batch") * heads);
     DeviceFloats scores(static_cast<size_t>(chunk * s * s));
     const float one = 1.f, zero = 0.f;
-    for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
-      const int64_t heads = std::min(chunk, bh - h0);
-      const float* q = in[0]->get() + h0 * s * d;
-      const float* k = in[1]->get() + h0 * s * d;
-      const float* v = in[2]->get() + h0 * s * d;
-      float* o = out.get() + h0 * s * d;
+    // `count` query heads from q/o, against k/v advanced by kv_stride elements per head.
+    const auto attend = [&](const float* q, const float* k, const float* v, float* o, int64_t count,
+                            int64_t kv_stride) {
       // Row-major S[s, s] = Q[s, d] K[s, d]^T is column-major S^T = K Q^T.
       KF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
           handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s), static_cast<int>(s),
-          static_cast<int>(d), &one, k, CUDA_R_32F, static_cast<int>(d), s * d, q, CUDA_R_32F,
+          static_cast<int>(d), &one, k, CUDA_R_32F, static_cast<int>(d), kv_stride, q, CUDA_R_32F,
           static_cast<int>(d), s * d, &zero, scores.get(), CUDA_R_32F, static_cast<int>(s), s * s,
-          static_cast<int>(heads), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
-      launch_masked_softmax(scores.get(), heads * s, s, static_cast<float>(scalars[0]),
+          static_cast<int>(count), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+      launch_masked_softmax(scores.get(), count * s, s, static_cast<float>(scalars[0]),
                             scalars[1] != 0, stream);
       // Row-major O[s, d] = P[s, s] V[s, d] is column-major O^T = V^T P^T.
       KF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
           handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(s),
-          static_cast<int>(s), &one, v, CUDA_R_32F, static_cast<int>(d), s * d, scores.get(),
+          static_cast<int>(s), &one, v, CUDA_R_32F, static_cast<int>(d), kv_stride, scores.get(),
           CUDA_R_32F, static_cast<int>(s), s * s, &zero, o, CUDA_R_32F, static_cast<int>(d), s * d,
-          static_cast<int>(heads), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+          static_cast<int>(count), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    };
+    if (group == 1) {
+      const int64_t bh = sizes.at("batch") * heads;
+      for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
+        attend(in[0]->get() + h0 * s * d, in[1]->get() + h0 * s * d, in[2]->get() + h0 * s * d,
+               out.get() + h0 * s * d, std::min(chunk, bh - h0), s * d);
+      }
+    } else {
+      // Query heads kvi * group ... kvi * group + group - 1 read key/value head kvi.
+      for (int64_t kvi = 0; kvi < sizes.at("batch") * kv_heads; ++kvi) {
+        for (int64_t r0 = 0; r0 < group; r0 += chunk) {
+          const int64_t h0 = kvi * group + r0;
+          attend(in[0]->get() + h0 * s * d, in[1]->get() + kvi * s * d, in[2]->get() + kvi * s * d,
+                 out.get() + h0 * s * d, std::min(chunk, group - r0), 0);
+        }
+      }
     }
   } else {
     throw Error(fmt::format("no GPU reference for op '{}'", op));

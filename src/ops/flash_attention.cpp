@@ -1,7 +1,14 @@
-// flash_attention: O[b, h, i, :] = softmax_j(sm_scale * Q[b, h, i, :] . K[b, h, j, :]) V[b, h, j,
-// :] over j <= i when causal. Named sizes: causal (default 1) and scale_permille (0: the default
-// 1/sqrt(head_dim); otherwise sm_scale = scale_permille / 1000, so kernels must honour it).
+// flash_attention: O[b, h, i, :] = softmax_j(sm_scale * Q[b, h, i, :] . K[b, g, j, :]) V[b, g, j,
+// :] over j <= i when causal, where g = h / (heads / kv_heads) is the key/value head query head
+// h reads. Named sizes: causal (default 1), scale_permille (0: the default 1/sqrt(head_dim);
+// otherwise sm_scale = scale_permille / 1000, so kernels must honour it) and kv_heads (grouped-
+// query attention, as Llama-3, Mistral and Qwen2 use: K and V have kv_heads heads, each shared
+// by heads / kv_heads consecutive query heads; 0, the default, means kv_heads = heads).
 #include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
 
 #include "core/parallel.h"
 #include "ops/registry.h"
@@ -9,9 +16,21 @@
 namespace kforge {
 namespace {
 
-Sizes bhsd(int64_t b, int64_t h, int64_t s, int64_t d, int64_t causal, int64_t scale = 0) {
-  return {{"batch", b},    {"heads", h},       {"seq_len", s},
-          {"head_dim", d}, {"causal", causal}, {"scale_permille", scale}};
+Sizes bhsd(int64_t b, int64_t h, int64_t s, int64_t d, int64_t causal, int64_t scale = 0,
+           int64_t kv_heads = 0) {
+  return {{"batch", b},
+          {"heads", h},
+          {"seq_len", s},
+          {"head_dim", d},
+          {"causal", causal},
+          {"scale_permille", scale},
+          {"kv_heads", kv_heads > 0 ? kv_heads : h}};
+}
+
+// kv_heads, or heads where it is left out or 0 (attention without grouped queries).
+int64_t kv_heads_of(const Sizes& sizes) {
+  const auto it = sizes.find("kv_heads");
+  return it != sizes.end() && it->second > 0 ? it->second : sizes.at("heads");
 }
 
 class FlashAttention final : public OpSpec {
@@ -23,10 +42,27 @@ class FlashAttention final : public OpSpec {
   std::vector<std::string> size_names() const override {
     return {"batch", "heads", "seq_len", "head_dim"};
   }
-  Sizes named_size_defaults() const override { return {{"causal", 1}, {"scale_permille", 0}}; }
+  Sizes named_size_defaults() const override {
+    return {{"causal", 1}, {"scale_permille", 0}, {"kv_heads", 0}};
+  }
+  void complete_sizes(Sizes& sizes) const override {
+    const int64_t heads = sizes.at("heads");
+    int64_t& kv_heads = sizes["kv_heads"];
+    if (kv_heads == 0) kv_heads = heads;
+    if (heads % kv_heads != 0) {
+      throw UsageError(fmt::format(
+          "flash_attention: heads ({}) must be a multiple of kv_heads ({})", heads, kv_heads));
+    }
+  }
+  bool named_size_implied(const std::string& name, const Sizes& sizes) const override {
+    if (name != "kv_heads") return false;
+    const auto it = sizes.find("kv_heads");
+    return it == sizes.end() || it->second == 0 || it->second == sizes.at("heads");
+  }
   std::vector<TensorSpec> tensors() const override {
     const std::vector<std::string> dims = {"batch", "heads", "seq_len", "head_dim"};
-    return {{"Q", dims}, {"K", dims}, {"V", dims}, {"O", dims, true}};
+    const std::vector<std::string> kv_dims = {"batch", "kv_heads", "seq_len", "head_dim"};
+    return {{"Q", dims}, {"K", kv_dims}, {"V", kv_dims}, {"O", dims, true}};
   }
   std::vector<ScalarSpec> scalars() const override { return {{"sm_scale", 0}, {"causal", 1}}; }
   std::vector<double> scalar_values(const Sizes& sizes) const override {
@@ -44,15 +80,18 @@ class FlashAttention final : public OpSpec {
             {"large", bhsd(2, 32, 1024, 64, 1)},
             {"xlarge", bhsd(2, 32, 2048, 64, 1)},
             {"long", bhsd(1, 32, 4096, 64, 1)},
-            {"gqa", bhsd(2, 32, 1024, 128, 0)},
+            {"gqa", bhsd(2, 32, 1024, 128, 0, 0, 8)},
+            {"gqa_causal", bhsd(1, 28, 512, 128, 1, 0, 4)},
             {"llm_7b", bhsd(1, 32, 2048, 128, 1)},
             {"headline", bhsd(4, 32, 4096, 128, 1)},
             {"custom_scale", bhsd(1, 8, 256, 64, 1, 50)}};
   }
   std::vector<SizeCase> edge_sizes() const override {
-    return {{"edge_127", bhsd(1, 8, 127, 64, 1)},   {"edge_127_full", bhsd(1, 8, 127, 64, 0)},
-            {"edge_1023", bhsd(1, 8, 1023, 64, 1)}, {"edge_1023_d128", bhsd(1, 2, 1023, 128, 0)},
-            {"one_token", bhsd(2, 3, 1, 64, 1)},    {"odd_heads", bhsd(3, 5, 65, 64, 0)}};
+    return {
+        {"edge_127", bhsd(1, 8, 127, 64, 1)},       {"edge_127_full", bhsd(1, 8, 127, 64, 0)},
+        {"edge_1023", bhsd(1, 8, 1023, 64, 1)},     {"edge_1023_d128", bhsd(1, 2, 1023, 128, 0)},
+        {"one_token", bhsd(2, 3, 1, 64, 1)},        {"odd_heads", bhsd(3, 5, 65, 64, 0)},
+        {"edge_gqa", bhsd(2, 6, 127, 64, 1, 0, 2)}, {"one_kv_head", bhsd(1, 4, 65, 64, 0, 0, 1)}};
   }
   std::vector<SizeCase> bench_sizes() const override { return test_sizes(); }
   Sizes default_size() const override { return bhsd(4, 32, 4096, 128, 1); }
@@ -75,16 +114,17 @@ class FlashAttention final : public OpSpec {
                  std::span<const double> scalars,
                  std::span<std::vector<double>> out) const override {
     const int64_t b = sizes.at("batch"), h = sizes.at("heads"), s = sizes.at("seq_len"),
-                  d = sizes.at("head_dim");
+                  d = sizes.at("head_dim"), kv = kv_heads_of(sizes);
     const double scale = scalars[0];
     const bool causal = scalars[1] != 0;
     const auto &q = in[0], &k = in[1], &v = in[2];
     auto& o = out[0];
     parallel_for(b * h * s, [&](int64_t row) {
-      const int64_t head = row / s, i = row % s;
+      const int64_t head = row / s, i = row % s;  // head: batch * heads + query head
+      const int64_t kv_head = head / h * kv + head % h / (h / kv);
       const double* qi = q.data() + row * d;
-      const double* kh = k.data() + head * s * d;
-      const double* vh = v.data() + head * s * d;
+      const double* kh = k.data() + kv_head * s * d;
+      const double* vh = v.data() + kv_head * s * d;
       const int64_t last = causal ? i : s - 1;
       std::vector<double> p(static_cast<size_t>(last + 1));
       double best = -INFINITY;
@@ -114,8 +154,11 @@ class FlashAttention final : public OpSpec {
                  s = static_cast<double>(sizes.at("seq_len")),
                  d = static_cast<double>(sizes.at("head_dim"));
     const bool causal = !sizes.contains("causal") || sizes.at("causal") != 0;
+    const double kv = static_cast<double>(kv_heads_of(sizes));
     const double pairs = causal ? s * (s + 1) / 2 : s * s;
-    return {4 * b * h * s * d * static_cast<double>(dtype_size(dtype)), 4 * b * h * pairs * d};
+    // Q and O for every query head; K and V once per key/value head.
+    return {(2 * h + 2 * kv) * b * s * d * static_cast<double>(dtype_size(dtype)),
+            4 * b * h * pairs * d};
   }
 };
 

@@ -95,6 +95,10 @@ class OpSpec {
   virtual std::vector<ScalarSpec> scalars() const { return {}; }
   // Adds sizes derived from the others (e.g. RoPE's half_dim = head_dim / 2).
   virtual void complete_sizes(Sizes&) const {}
+  // Whether format_shape leaves out named size `name` at this problem: true where its value is
+  // what the other sizes imply (flash_attention's kv_heads == heads), so that shapes written
+  // before the size existed keep their text.
+  virtual bool named_size_implied(const std::string&, const Sizes&) const { return false; }
   // Sizes given by name rather than position (e.g. attention's `causal`), with defaults.
   virtual Sizes named_size_defaults() const { return {}; }
   // The scalars passed to a kernel for one problem; by default the values of scalars().

@@ -1,5 +1,7 @@
 #include "report/report_data.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -123,7 +125,27 @@ json collect_task(const fs::path& dir) {
 // One task per (problem, device) of a tune database: every evaluation as a point, in the order
 // recorded; the frontier is the best timed (hence passing) evaluation so far.
 json collect_tune_db(const fs::path& path) {
-  const ResultsDb db(path);
+  // ResultsDb brings an older database's schema up to date as it opens it: a report reads a
+  // copy, so that the file it is given is left as it was.
+  const fs::path copy_dir =
+      fs::temp_directory_path() /
+      fmt::format("kforge-report-{}-{}", ::getpid(), path.filename().string());
+  fs::create_directories(copy_dir);
+  struct RemoveDir {
+    fs::path dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_copy{copy_dir};
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const fs::path from = path.string() + suffix;
+    if (fs::exists(from)) {
+      fs::copy_file(from, copy_dir / (path.filename().string() + suffix),
+                    fs::copy_options::overwrite_existing);
+    }
+  }
+  const ResultsDb db(copy_dir / path.filename());
   json tasks = json::array();
   for (const std::string& problem : db.problems()) {
     for (const std::string& device : db.devices_for(problem)) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "ops/op_spec.h"
 #include "run/case_tensors.h"
 
@@ -92,6 +93,39 @@ TEST(References, AttentionEqualsSoftmaxOfScoresTimesV) {
       expect_near_all(slice(o), expected, 1e-12);
     }
   }
+}
+
+// Grouped-query attention is attention with each key/value head repeated for its group of
+// query heads (as HF's repeat_kv does): query head h reads key/value head h / (heads / kv_heads).
+TEST(References, GroupedQueryAttentionEqualsRepeatedKeyValueHeads) {
+  for (const int64_t causal : {0, 1}) {
+    const int64_t b = 2, h = 6, kv = 2, s = 7, d = 8, group = h / kv;
+    const Sizes gqa = {{"batch", b},       {"heads", h},          {"seq_len", s},  {"head_dim", d},
+                       {"causal", causal}, {"scale_permille", 0}, {"kv_heads", kv}};
+    Sizes mha = gqa;
+    mha["kv_heads"] = h;
+    const Tensors in = inputs(op("flash_attention"), gqa, 5);
+    ASSERT_EQ(in[1].size(), static_cast<size_t>(b * kv * s * d));
+    // K and V with every head repeated `group` times: [b, h, s, d].
+    Tensors repeated = {in[0], {}, {}};
+    for (const int t : {1, 2}) {
+      for (int64_t bi = 0; bi < b; ++bi) {
+        for (int64_t hi = 0; hi < h; ++hi) {
+          const auto first = in[t].begin() + ((bi * kv + hi / group) * s * d);
+          repeated[t].insert(repeated[t].end(), first, first + s * d);
+        }
+      }
+    }
+    expect_near_all(run(op("flash_attention"), gqa, in)[0],
+                    run(op("flash_attention"), mha, repeated)[0], 1e-12);
+  }
+  EXPECT_THROW(op("flash_attention").parse_shape("1x6x64x64,kv_heads=4"), UsageError);
+  const Sizes parsed = op("flash_attention").parse_shape("1x28x64x128,kv_heads=4");
+  EXPECT_EQ(op("flash_attention").format_shape(parsed),
+            "1x28x64x128,causal=1,kv_heads=4,scale_permille=0");
+  // Without grouped queries the shape reads as before the size existed.
+  EXPECT_EQ(op("flash_attention").format_shape(op("flash_attention").parse_shape("1x8x64x64")),
+            "1x8x64x64,causal=1,scale_permille=0");
 }
 
 TEST(References, AttentionCausalFlopsCountHalfTheSquare) {

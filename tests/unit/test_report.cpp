@@ -146,8 +146,10 @@ TEST(ReportCli, ShowsATuneDatabase) {
               "--backend", "cpu", "--strategy", "exhaustive", "--no-final-check", "--db", db});
   ::unsetenv("KFORGE_CACHE_DIR");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string before = test::read_text(db);
   r = kforge({"report", db, "--out", (dir / "out").string()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(test::read_text(db) == before) << "the report changed the database it read";
 
   sqlite3* handle = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &handle), SQLITE_OK);
