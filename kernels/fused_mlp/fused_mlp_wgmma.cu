@@ -17,10 +17,14 @@
  * # slices), plus (down) the TMA epilogue's two 128 x 32 staging buffers, barriers and
  * # alignment (static_asserts check both bounds).
  * derive: GATE_UP_SMEM = STAGES * (128 + 2 * TILE_N) * 64 * elem_bytes + 1024
- * derive: DOWN_SMEM = DOWN_STAGES * (128 + DOWN_TILE_N) * 64 * elem_bytes + 2 * 128 * 32 *
- * elem_bytes + 1024 derive: SMEM_BYTES = max(GATE_UP_SMEM, DOWN_SMEM) require: SMEM_BYTES <=
- * max_shared_per_block threads: 384 shared_bytes: SMEM_BYTES cluster: max(CLUSTER_M,
- * DOWN_CLUSTER_M) uses: cutlass
+ * derive: DOWN_EPI_SMEM = 2 * 128 * 32 * elem_bytes
+ * derive: DOWN_SMEM = DOWN_STAGES * (128 + DOWN_TILE_N) * 64 * elem_bytes + DOWN_EPI_SMEM + 1024
+ * derive: SMEM_BYTES = max(GATE_UP_SMEM, DOWN_SMEM)
+ * require: SMEM_BYTES <= max_shared_per_block
+ * threads: 384
+ * shared_bytes: SMEM_BYTES
+ * cluster: max(CLUSTER_M, DOWN_CLUSTER_M)
+ * uses: cutlass
  */
 // SwiGLU MLP on Hopper tensor cores: y = (silu(x W_gate^T) * (x W_up^T)) W_down^T, bf16 or f16
 // in and out, fp32 accumulation, h = silu(gate) * up rounded once to the element type (as
