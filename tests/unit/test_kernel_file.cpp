@@ -6,6 +6,9 @@
 
 #include "compile/kernel_file.h"
 #include "core/error.h"
+#include "core/json_file.h"
+#include "device/launch_limits.h"
+#include "test_support.h"
 
 namespace kforge {
 namespace {
@@ -48,6 +51,35 @@ TEST(KernelFile, ParsesHeaderBlock) {
   ASSERT_EQ(f.requirements.size(), 2u);
   EXPECT_EQ(f.requirements[1].line, 9);
   ASSERT_TRUE(f.shared_bytes.has_value());
+}
+
+// Every library kernel file's header parses, and its defaults meet its own constraints on an
+// H100 in every dtype it declares: the defaults are what a device without a table runs. (A
+// formatter that folds a long header line into the next ones breaks the first.)
+TEST(KernelFile, EveryLibraryFileParsesAndItsDefaultsHold) {
+  const auto recorded = read_json_file(std::filesystem::path(test::test_data_dir()) /
+                                       "recorded_hf" / "ceilings_h100.json");
+  const DeviceInfo h100 = recorded.at("device").get<DeviceInfo>();
+  int files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(test::kernels_dir())) {
+    const auto ext = entry.path().extension();
+    if (ext != ".cu" && ext != ".cpp") continue;
+    ++files;
+    KernelFile f;
+    ASSERT_NO_THROW(f = KernelFile::load(entry.path())) << entry.path();
+    for (const DType dtype : f.dtypes) {
+      const Bindings bindings = problem_bindings(h100, dtype, nullptr);
+      ParamValues all;
+      ASSERT_NO_THROW(all = f.with_derived(f.resolve_params(), bindings)) << entry.path();
+      if (f.backend != Backend::cuda) continue;
+      Bindings with_params = bindings;
+      for (const auto& [name, value] : all)
+        with_params[name] = value;
+      EXPECT_EQ(first_violation(f, with_params, h100, false), "")
+          << entry.path() << " " << dtype_name(dtype);
+    }
+  }
+  EXPECT_GT(files, 20);
 }
 
 TEST(KernelFile, ResolvesParamsAndDerivedValues) {
