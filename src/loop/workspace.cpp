@@ -35,7 +35,9 @@ std::vector<TaskBest> workspace_bests(const fs::path& workspace) {
   for (const fs::path& dir : workspace_task_dirs(workspace)) {
     TaskBest b;
     b.name = dir.filename().string();
-    b.task = LoopTask::from_json(read_json_file(dir / "task.json"));
+    const nlohmann::json task_file = read_json_file(dir / "task.json");
+    b.task = LoopTask::from_json(task_file);
+    b.device = task_file.value("device", "");
     // The repository's one kernel file (a task the loop never opened has none yet).
     if (fs::is_directory(dir / "repo")) {
       for (const auto& entry : fs::directory_iterator(dir / "repo")) {

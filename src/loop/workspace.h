@@ -18,6 +18,7 @@ std::vector<std::filesystem::path> workspace_task_dirs(const std::filesystem::pa
 struct TaskBest {
   std::string name;  // the task folder's name
   LoopTask task;
+  std::string device;            // the device the task was planned on, as task.json names it
   std::filesystem::path kernel;  // the repository's kernel file (the best so far)
   int experiments = 0;
   int kept = 0;

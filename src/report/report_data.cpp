@@ -1,9 +1,5 @@
 #include "report/report_data.h"
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <fstream>
 #include <map>
 #include <optional>
 
@@ -12,6 +8,9 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/json_file.h"
+#include "core/temp_directory.h"
+#include "loop/journal.h"
+#include "loop/workspace.h"
 #include "ops/registry.h"
 #include "run/verdict.h"
 #include "tune/results_db.h"
@@ -22,172 +21,123 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-bool is_workspace(const fs::path& dir) {
-  if (!fs::is_directory(dir)) return false;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (fs::exists(entry.path() / "task.json")) return true;
-  }
-  return false;
-}
-
-std::vector<json> read_json_lines(const fs::path& path) {
-  std::vector<json> out;
-  std::ifstream in(path);
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      out.push_back(json::parse(line));
-    } catch (const json::exception& e) {
-      throw Error(fmt::format("{}:{}: not a JSON record: {}", path.string(), number, e.what()));
-    }
-  }
-  return out;
-}
-
 double number_or(const json& j, const char* key, double fallback = 0) {
   const auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
-// The bytes and FLOPs of one call of the task's problem, from its op's spec.
-void add_cost(json& task) {
-  const OpSpec* op = find_op(task.value("op", ""));
-  const std::optional<DType> element = parse_dtype(task.value("dtype", ""));
-  const std::string shape = task.value("shape", "");
-  if (op == nullptr || !element || shape.empty()) return;
-  const Cost cost = op->cost(op->parse_shape(shape), *element);
-  task["bytes"] = cost.bytes;
-  task["flops"] = cost.flops;
+// What a task is and how it stands, before its points.
+struct TaskHead {
+  std::string name, op, shape, dtype, device;
+  double start_us = 0, best_us = 0;
+};
+
+// A task as the page and the figures read it: its problem with the bytes and FLOPs of one call
+// (from its op's spec), start and best, every point (n, verdict, time_us when timed, kept), the
+// verdict counts, and the frontier: the start, then each kept point's time.
+json task_json(const TaskHead& h, const json& points) {
+  json task = {{"name", h.name},
+               {"op", h.op},
+               {"shape", h.shape},
+               {"dtype", h.dtype},
+               {"device", h.device},
+               {"start_us", h.start_us},
+               {"best_us", h.best_us},
+               {"speedup", h.start_us > 0 && h.best_us > 0 ? h.start_us / h.best_us : 1.0},
+               {"experiments", points.size()},
+               {"points", points}};
+  const OpSpec* op = find_op(h.op);
+  const std::optional<DType> element = parse_dtype(h.dtype);
+  if (op != nullptr && element && !h.shape.empty()) {
+    const Cost cost = op->cost(op->parse_shape(h.shape), *element);
+    task["bytes"] = cost.bytes;
+    task["flops"] = cost.flops;
+  }
+  std::map<std::string, int> verdicts;
+  json frontier = json::array();
+  if (h.start_us > 0) frontier.push_back({{"n", 0}, {"time_us", h.start_us}});
+  int kept = 0;
+  for (const auto& p : points) {
+    ++verdicts[p.at("verdict").get<std::string>()];
+    if (!p.value("kept", false) || !p.contains("time_us")) continue;
+    ++kept;
+    frontier.push_back({{"n", p["n"]}, {"time_us", p["time_us"]}});
+  }
+  task["kept"] = kept;
+  task["verdicts"] = verdicts;
+  task["frontier"] = frontier;
+  return task;
 }
 
-// One task: its experiments as points, the frontier of kept (hence passing) ones, and counts.
-json collect_task(const fs::path& dir) {
-  const json task = read_json_file(dir / "task.json");
-  const std::vector<json> records = fs::exists(dir / "experiments.jsonl")
-                                        ? read_json_lines(dir / "experiments.jsonl")
-                                        : std::vector<json>{};
-  const std::string op_name = task.value("op", "");
-  const std::string shape = task.value("shape", "");
-  const std::string dtype = task.value("dtype", "");
-  json out = {{"name", dir.filename().string()},
-              {"op", op_name},
-              {"shape", shape},
-              {"dtype", dtype},
-              {"device", task.value("device", "")}};
-  add_cost(out);
-
-  // The start: the best kernel as the first experiment found it (its `best` timing).
-  double start_us = 0;
-  for (const auto& r : records) {
-    if (r.contains("best") && r["best"].is_object()) {
-      start_us = number_or(r["best"], "median_us");
-      break;
+// A loop workspace's tasks, with start and best as the loop itself counts them (the best is the
+// last kept experiment's kernel: each was kept for beating the best before it).
+json collect_workspace(const fs::path& workspace) {
+  json tasks = json::array();
+  for (const TaskBest& b : workspace_bests(workspace)) {
+    json points = json::array();
+    for (const ExperimentRecord& r : read_finished_experiments(workspace / b.name)) {
+      json point = {{"n", r.number},
+                    {"verdict", r.verdict},
+                    {"kept", r.kept},
+                    {"proposer", r.proposer},
+                    {"note", r.note}};
+      if (r.time_us > 0) point["time_us"] = r.time_us;
+      points.push_back(point);
     }
+    const TaskHead head{b.name,
+                        std::string(b.task.op->name()),
+                        b.task.op->format_shape(b.task.sizes),
+                        std::string(dtype_name(b.task.dtype)),
+                        b.device,
+                        b.start_us,
+                        b.best_us};
+    tasks.push_back(task_json(head, points));
   }
-  json points = json::array(), frontier = json::array();
-  std::map<std::string, int> verdicts;
-  int kept = 0;
-  double best_us = start_us;
-  if (start_us > 0) frontier.push_back({{"n", 0}, {"time_us", start_us}});
-  for (const auto& r : records) {
-    const int n = r.value("experiment", static_cast<int>(points.size()) + 1);
-    const std::string verdict = r.value("verdict", "?");
-    const bool is_kept = r.value("kept", false);
-    const double time_us = number_or(r, "time_us");
-    ++verdicts[verdict];
-    json point = {{"n", n},
-                  {"verdict", verdict},
-                  {"kept", is_kept},
-                  {"proposer", r.value("proposer", "")},
-                  {"note", r.value("note", "")}};
-    if (time_us > 0) point["time_us"] = time_us;
-    points.push_back(point);
-    if (is_kept && time_us > 0) {
-      ++kept;
-      best_us = best_us > 0 ? std::min(best_us, time_us) : time_us;
-      frontier.push_back({{"n", n}, {"time_us", best_us}});
-    }
-  }
-  out["start_us"] = start_us;
-  out["best_us"] = best_us;
-  out["speedup"] = start_us > 0 && best_us > 0 ? start_us / best_us : 1.0;
-  out["experiments"] = records.size();
-  out["kept"] = kept;
-  out["verdicts"] = verdicts;
-  out["points"] = points;
-  out["frontier"] = frontier;
-  return out;
+  return tasks;
 }
 
 // One task per (problem, device) of a tune database: every evaluation as a point, in the order
-// recorded; the frontier is the best timed (hence passing) evaluation so far.
+// recorded; "kept" marks each timed (hence passing) evaluation that was a new best.
 json collect_tune_db(const fs::path& path) {
   // ResultsDb brings an older database's schema up to date as it opens it: a report reads a
   // copy, so that the file it is given is left as it was.
-  const fs::path copy_dir =
-      fs::temp_directory_path() /
-      fmt::format("kforge-report-{}-{}", ::getpid(), path.filename().string());
-  fs::create_directories(copy_dir);
-  struct RemoveDir {
-    fs::path dir;
-    ~RemoveDir() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_copy{copy_dir};
+  const TempDirectory copy("kforge-report");
   for (const char* suffix : {"", "-wal", "-shm"}) {
     const fs::path from = path.string() + suffix;
-    if (fs::exists(from)) {
-      fs::copy_file(from, copy_dir / (path.filename().string() + suffix),
-                    fs::copy_options::overwrite_existing);
-    }
+    if (fs::exists(from)) fs::copy_file(from, copy.path() / (path.filename().string() + suffix));
   }
-  const ResultsDb db(copy_dir / path.filename());
+  const ResultsDb db(copy.path() / path.filename());
   json tasks = json::array();
   for (const std::string& problem : db.problems()) {
     for (const std::string& device : db.devices_for(problem)) {
-      // "softmax 8192x8192 bf16"
-      const size_t first = problem.find(' '), last = problem.rfind(' ');
-      json task = {{"name", fmt::format("{} on {}", problem, device)},
-                   {"op", problem.substr(0, first)},
-                   {"shape", first == last ? "" : problem.substr(first + 1, last - first - 1)},
-                   {"dtype", first == last ? "" : problem.substr(last + 1)},
-                   {"device", device},
-                   {"source", "tune database"}};
-      add_cost(task);
-      json points = json::array(), frontier = json::array();
-      std::map<std::string, int> verdicts;
+      json points = json::array();
       double start_us = 0, best_us = 0;
-      int improved = 0, n = 0;
       for (const auto& e : db.evaluations(problem, device)) {
-        ++n;
-        const std::string verdict(verdict_name(e.verdict));
-        ++verdicts[verdict];
-        json point = {{"n", n}, {"verdict", verdict}, {"note", e.variant}};
+        json point = {
+            {"n", points.size() + 1}, {"verdict", verdict_name(e.verdict)}, {"note", e.variant}};
         if (e.timed()) {
           const double us = e.stats.median * 1e3;
           point["time_us"] = us;
           if (start_us == 0) start_us = us;
           if (best_us == 0 || us < best_us) {
             best_us = us;
-            ++improved;
             point["kept"] = true;
-            frontier.push_back({{"n", n}, {"time_us", us}});
           }
         }
         points.push_back(point);
       }
-      task["start_us"] = start_us;
-      task["best_us"] = best_us;
-      task["speedup"] = start_us > 0 && best_us > 0 ? start_us / best_us : 1.0;
-      task["experiments"] = n;
-      task["kept"] = improved;
-      task["verdicts"] = verdicts;
-      task["points"] = points;
-      task["frontier"] = frontier;
+      // The problem as the tuner names it: "softmax 8192x8192 bf16".
+      const size_t first = problem.find(' '), last = problem.rfind(' ');
+      const bool three_parts = first != last;
+      const TaskHead head{fmt::format("{} on {}", problem, device),
+                          problem.substr(0, first),
+                          three_parts ? problem.substr(first + 1, last - first - 1) : "",
+                          three_parts ? problem.substr(last + 1) : "",
+                          device,
+                          start_us,
+                          best_us};
+      json task = task_json(head, points);
+      task["source"] = "tune database";
       tasks.push_back(task);
     }
   }
@@ -245,7 +195,7 @@ json collect_plan(const json& plan, const json& verify, const json& tasks) {
 ReportSources classify_report_paths(const std::vector<fs::path>& paths) {
   ReportSources s;
   for (const auto& p : paths) {
-    if (is_workspace(p)) {
+    if (fs::is_directory(p)) {  // its task folders are read (and their absence reported) later
       s.workspace = p;
       continue;
     }
@@ -276,15 +226,9 @@ ReportSources classify_report_paths(const std::vector<fs::path>& paths) {
 json collect_report(const ReportSources& sources) {
   json report = {{"tasks", json::array()}};
   if (!sources.workspace.empty()) {
-    std::vector<fs::path> dirs;
-    for (const auto& entry : fs::directory_iterator(sources.workspace)) {
-      if (fs::exists(entry.path() / "task.json")) dirs.push_back(entry.path());
-    }
-    std::sort(dirs.begin(), dirs.end());
-    for (const auto& d : dirs)
-      report["tasks"].push_back(collect_task(d));
+    report["tasks"] = collect_workspace(sources.workspace);
     report["workspace"] = sources.workspace.string();
-    if (!report["tasks"].empty()) report["device"] = report["tasks"][0]["device"];
+    report["device"] = report["tasks"][0]["device"];
   }
   if (!sources.tune_db.empty()) {
     if (!fs::is_regular_file(sources.tune_db)) {

@@ -62,7 +62,8 @@ std::string literal(const std::string& text) {
 }
 
 // What the experiment logs say, computed here independently of kforge: per task, the number of
-// experiments, kept ones and the best kept time.
+// experiments, kept ones and the best kernel's time (the last kept one: each was kept for
+// beating the best before it, as `kforge loop --status` counts).
 struct LoggedTask {
   int experiments = 0, kept = 0;
   double start_us = 0, best_us = 0;
@@ -78,8 +79,7 @@ LoggedTask read_log(const fs::path& task_dir) {
     if (t.start_us == 0 && r.contains("best")) t.start_us = r["best"]["median_us"];
     if (r.value("kept", false)) {
       ++t.kept;
-      const double us = r["time_us"];
-      t.best_us = t.best_us == 0 ? us : std::min(t.best_us, us);
+      t.best_us = r["time_us"];
     }
   }
   if (t.best_us == 0) t.best_us = t.start_us;
