@@ -151,23 +151,10 @@ std::vector<TensorSpec> OpSpec::outputs() const {
 }
 
 std::vector<int64_t> OpSpec::shape_of(const TensorSpec& tensor, const Sizes& sizes) const {
-  // Sizes built by hand may leave out named sizes: they take their defaults, completed.
-  Sizes completed;
-  const Sizes* from = &sizes;
-  for (const auto& dim : tensor.dims) {
-    if (!sizes.contains(dim) && named_size_defaults().contains(dim)) {
-      completed = named_size_defaults();
-      for (const auto& [k, v] : sizes)
-        completed[k] = v;
-      complete_sizes(completed);
-      from = &completed;
-      break;
-    }
-  }
   std::vector<int64_t> shape;
   for (const auto& dim : tensor.dims) {
-    const auto it = from->find(dim);
-    if (it == from->end()) throw Error(fmt::format("{}: size '{}' is not set", name(), dim));
+    const auto it = sizes.find(dim);
+    if (it == sizes.end()) throw Error(fmt::format("{}: size '{}' is not set", name(), dim));
     shape.push_back(it->second);
   }
   return shape;

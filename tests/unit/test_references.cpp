@@ -75,7 +75,8 @@ TEST(References, AttentionEqualsSoftmaxOfScoresTimesV) {
   for (const int64_t causal : {0, 1}) {
     const int64_t s = 9, d = 8;
     const Sizes sizes = {{"batch", 1},    {"heads", 2},       {"seq_len", s},
-                         {"head_dim", d}, {"causal", causal}, {"scale_permille", 300}};
+                         {"head_dim", d}, {"causal", causal}, {"scale_permille", 300},
+                         {"kv_heads", 2}};
     const Tensors in = inputs(op("flash_attention"), sizes, 2);
     const auto o = run(op("flash_attention"), sizes, in)[0];
     for (int64_t h = 0; h < 2; ++h) {
