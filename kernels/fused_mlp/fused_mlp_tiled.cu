@@ -70,6 +70,7 @@
 //   MIN_BLOCKS               blocks per SM that __launch_bounds__ asks ptxas to fit.
 #include <cstdint>
 
+#include "fused_mlp_common.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -266,10 +267,6 @@ __global__ void __launch_bounds__(Shape::kThreads, MIN_BLOCKS)
   }
 }
 
-bool is_matrix(const kf_tensor& t, int64_t rows, int64_t cols) {
-  return t.ndim == 2 && t.shape[0] == rows && t.shape[1] == cols && t.dtype == kf_elem_dtype;
-}
-
 template <typename Shape>
 dim3 grid_for(int64_t M, int64_t N) {
   return dim3(static_cast<unsigned>((N + Shape::kBlockCols - 1) / Shape::kBlockCols),
@@ -279,36 +276,15 @@ dim3 grid_for(int64_t M, int64_t N) {
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 4 || args->num_outputs != 1 || args->num_scalars != 0) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& x = args->inputs[0];       // x: [batch, dim]
-  const kf_tensor& w_gate = args->inputs[1];  // w_gate: [hidden, dim]
-  const kf_tensor& w_up = args->inputs[2];    // w_up: [hidden, dim]
-  const kf_tensor& w_down = args->inputs[3];  // w_down: [dim, hidden]
-  const kf_tensor& y = args->outputs[0];      // y: [batch, dim]
-  if (x.ndim != 2 || w_gate.ndim != 2) return KF_ERR_UNSUPPORTED;
-  const int64_t batch = x.shape[0], dim = x.shape[1], hidden = w_gate.shape[0];
-  if (!is_matrix(x, batch, dim) || !is_matrix(w_gate, hidden, dim) ||
-      !is_matrix(w_up, hidden, dim) || !is_matrix(w_down, dim, hidden) ||
-      !is_matrix(y, batch, dim)) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  // int indices with room for a tile past the end; grid.y is limited to 65535.
-  constexpr int64_t kMaxExtent = INT32_MAX / 2;
-  if (batch > kMaxExtent || dim > kMaxExtent || hidden > kMaxExtent) return KF_ERR_UNSUPPORTED;
+  MlpCall call;
+  if (!read_mlp_call(args, call)) return KF_ERR_UNSUPPORTED;
+  const int batch = call.batch, dim = call.dim, hidden = call.hidden;
+  // grid.y is limited to 65535.
   const dim3 gate_up_grid = grid_for<GateUpShape>(batch, hidden);
   const dim3 down_grid = grid_for<DownShape>(batch, dim);
   if (gate_up_grid.y > 65535 || down_grid.y > 65535) return KF_ERR_UNSUPPORTED;
   if (batch == 0 || dim == 0) return KF_OK;
-
-  const auto* x_data = static_cast<const kf_elem*>(x.data);
-  const auto* w_gate_data = static_cast<const kf_elem*>(w_gate.data);
-  const auto* w_up_data = static_cast<const kf_elem*>(w_up.data);
-  const auto* w_down_data = static_cast<const kf_elem*>(w_down.data);
-  auto* y_data = static_cast<kf_elem*>(y.data);
-  const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
+  const cudaStream_t stream = call.stream;
 
   // h: [batch, hidden] fp32. With hidden == 0 there is nothing to compute and y = 0.
   float* h = nullptr;
@@ -319,10 +295,10 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
       return KF_ERR_OUT_OF_MEMORY;
     }
     mlp_gemm_nt<GateUpShape, true><<<gate_up_grid, GateUpShape::kThreads, 0, stream>>>(
-        x_data, w_gate_data, w_up_data, h, int(batch), int(hidden), int(dim));
+        call.x, call.w_gate, call.w_up, h, batch, hidden, dim);
   }
   mlp_gemm_nt<DownShape, false><<<down_grid, DownShape::kThreads, 0, stream>>>(
-      h, w_down_data, nullptr, y_data, int(batch), int(dim), int(hidden));
+      h, call.w_down, nullptr, call.y, batch, dim, hidden);
   const bool launched = cudaGetLastError() == cudaSuccess;
   if (h != nullptr) cudaFreeAsync(h, stream);
   return launched ? KF_OK : KF_ERR_LAUNCH;

@@ -67,36 +67,14 @@
 #include <cstdint>
 #include <type_traits>
 
-// CUTLASS 4.2's sm100 collectives (pulled in by the builders' headers, never instantiated
-// here) capture `this` implicitly, which C++20 deprecates: six warnings per compile otherwise.
-#pragma nv_diagnostic push
-#pragma nv_diag_suppress 2908
-#include <cute/tensor.hpp>
-
-#include <cutlass/arch/reg_reconfig.h>
-#include <cutlass/cutlass.h>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/kernel_hardware_info.h>
-#include <cutlass/numeric_types.h>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/dispatch_policy.hpp>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
-#pragma nv_diagnostic pop
-
+#include "fused_mlp_common.cuh"
+#include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
 #include "kforge/workspace.cuh"
 
 namespace {
 
-#if defined(KF_ELEM_BF16)
-using Element = cutlass::bfloat16_t;
-#elif defined(KF_ELEM_F16)
-using Element = cutlass::half_t;
-#else
-#error "fused_mlp_wgmma.cu is for bf16 and f16; fp32 is fused_mlp_tiled.cu"
-#endif
-static_assert(sizeof(Element) == sizeof(kf_elem), "same storage");
+using Element = kf::CutlassElement;
 
 using Accumulator = float;
 using LayoutActivations = cutlass::layout::RowMajor;  // x [batch, dim], h [batch, hidden]
@@ -350,13 +328,6 @@ unsigned plain_blocks(int64_t elements) {
 
 // ---- host side ---------------------------------------------------------------------------------
 
-struct MlpCall {
-  const kf_elem *x, *w_gate, *w_up, *w_down;
-  kf_elem* y;
-  int batch, dim, hidden;
-  cudaStream_t stream;
-};
-
 int run_plain(const MlpCall& c, kf_elem* h) {
   plain_gate_up<<<plain_blocks(int64_t(c.batch) * c.hidden), kPlainThreads, 0, c.stream>>>(
       c.x, c.w_gate, c.w_up, h, c.batch, c.dim, c.hidden);
@@ -475,10 +446,6 @@ int run_down(const MlpCall& c, const Element* h, const DeviceSetup& setup, int d
   return gemm.run(c.stream) == cutlass::Status::kSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
-bool is_matrix(const kf_tensor& t, int64_t rows, int64_t cols) {
-  return t.ndim == 2 && t.shape[0] == rows && t.shape[1] == cols && t.dtype == kf_elem_dtype;
-}
-
 bool is_tma_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -486,35 +453,10 @@ bool is_tma_aligned(const void* p) {
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 4 || args->num_outputs != 1 || args->num_scalars != 0) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& x = args->inputs[0];       // x: [batch, dim]
-  const kf_tensor& w_gate = args->inputs[1];  // w_gate: [hidden, dim]
-  const kf_tensor& w_up = args->inputs[2];    // w_up: [hidden, dim]
-  const kf_tensor& w_down = args->inputs[3];  // w_down: [dim, hidden]
-  const kf_tensor& y = args->outputs[0];      // y: [batch, dim]
-  if (x.ndim != 2 || w_gate.ndim != 2) return KF_ERR_UNSUPPORTED;
-  const int64_t batch = x.shape[0], dim = x.shape[1], hidden = w_gate.shape[0];
-  if (!is_matrix(x, batch, dim) || !is_matrix(w_gate, hidden, dim) ||
-      !is_matrix(w_up, hidden, dim) || !is_matrix(w_down, dim, hidden) ||
-      !is_matrix(y, batch, dim)) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  constexpr int64_t kMaxExtent = INT32_MAX / 2;  // int indices with room for a tile past the end
-  if (batch > kMaxExtent || dim > kMaxExtent || hidden > kMaxExtent) return KF_ERR_UNSUPPORTED;
+  MlpCall call;
+  if (!read_mlp_call(args, call)) return KF_ERR_UNSUPPORTED;
+  const int64_t batch = call.batch, dim = call.dim, hidden = call.hidden;
   if (batch == 0 || dim == 0) return KF_OK;
-
-  const MlpCall call{static_cast<const kf_elem*>(x.data),
-                     static_cast<const kf_elem*>(w_gate.data),
-                     static_cast<const kf_elem*>(w_up.data),
-                     static_cast<const kf_elem*>(w_down.data),
-                     static_cast<kf_elem*>(y.data),
-                     int(batch),
-                     int(dim),
-                     int(hidden),
-                     static_cast<cudaStream_t>(args->stream)};
   if (hidden == 0) {  // an empty sum: y = 0
     const size_t bytes = size_t(batch) * size_t(dim) * sizeof(kf_elem);
     return cudaMemsetAsync(call.y, 0, bytes, call.stream) == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;

@@ -90,38 +90,14 @@
 #include <cstdint>
 #include <type_traits>
 
-// CUTLASS 4.2's sm100 collectives (pulled in by the builders' headers, never instantiated
-// here) capture `this` implicitly, which C++20 deprecates: six warnings per compile otherwise.
-#pragma nv_diagnostic push
-#pragma nv_diag_suppress 2908
-#include <cute/tensor.hpp>
-
-#include <cutlass/cutlass.h>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/kernel_hardware_info.h>
-#include <cutlass/numeric_types.h>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/dispatch_policy.hpp>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
-#pragma nv_diagnostic pop
-
+#include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
 #include "kforge/workspace.cuh"
 #include "matmul_common.cuh"
 
 namespace {
 
-// kf_elem and CUTLASS's type of the same name share the 16-bit layout: pointers are
-// reinterpreted, values never converted.
-#if defined(KF_ELEM_BF16)
-using Element = cutlass::bfloat16_t;
-#elif defined(KF_ELEM_F16)
-using Element = cutlass::half_t;
-#else
-#error "matmul_wgmma.cu is for bf16 and f16; fp32 matmul is matmul_tiled.cu"
-#endif
-static_assert(sizeof(Element) == sizeof(kf_elem), "same storage");
+using Element = kf::CutlassElement;
 
 using LayoutA = cutlass::layout::RowMajor;  // A: [M, K], K contiguous
 using LayoutB = cutlass::layout::RowMajor;  // B: [K, N], N contiguous (MN-major for wgmma)
