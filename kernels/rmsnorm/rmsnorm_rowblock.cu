@@ -3,7 +3,7 @@
  * backend: cuda
  * dtypes: f16, bf16, f32
  * param: BLOCK_THREADS = 256 in {64, 128, 256, 512, 1024}
- * param: VEC = 4 in {2, 4, 8}
+ * param: VEC = 16 / elem_bytes in {2, 4, 8}
  * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32}
  * param: ROW_PACKS = 0 in {0, 1, 2, 4, 8, 16}
  * param: UNROLL = 4 in {1, 2, 4}
@@ -51,8 +51,8 @@
 //
 // Tunables:
 //   BLOCK_THREADS   threads per block.
-//   VEC             elements per vector load/store (VEC * elem_bytes <= 16). The default, 4,
-//                   is the widest every dtype allows (8 f32 elements would be 32 bytes).
+//   VEC             elements per vector load/store (VEC * elem_bytes <= 16). The default is
+//                   the widest the dtype allows: one 16-byte access (8 bf16, 4 f32 elements).
 //   ROWS_PER_BLOCK  rows per block; more than one keeps short rows (N ~ 128) from leaving
 //                   most of a large block idle.
 //   ROW_PACKS       0: two-pass. k > 0: single-read, each thread holding up to k packs of x in

@@ -33,7 +33,7 @@ std::optional<BaselineResult> time_baseline(Checker& checker, const KernelFile& 
         library_kernels_dir() / starter_kernel(op.name(), cuda, candidate.build.variant.dtype);
     if (!std::filesystem::exists(path)) return std::nullopt;
     const KernelFile starter = KernelFile::load(path);
-    const ParamValues defaults = starter.resolve_params();
+    const ParamValues defaults = starter.resolve_params(candidate.build.variant.dtype);
     const auto& params = candidate.build.variant.params;
     if (starter.source == file.source &&
         std::all_of(defaults.begin(), defaults.end(), [&](const auto& p) {
@@ -44,7 +44,7 @@ std::optional<BaselineResult> time_baseline(Checker& checker, const KernelFile& 
     }
     Verdict verdict = Verdict::ok;
     const CompileResult build =
-        checker.build(starter, starter.resolve_params(), options.dtype,
+        checker.build(starter, starter.resolve_params(options.dtype), options.dtype,
                       candidate.build.variant.arch, &options.sizes, &verdict);
     b.what = fmt::format("starter {}", build.variant.describe());
     if (verdict != Verdict::ok) {
@@ -80,7 +80,7 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
         fmt::format("{} does not support dtype {}", file.path.string(), dtype_name(options.dtype)));
   }
   const std::string arch = options.arch.empty() ? worker.device().default_arch() : options.arch;
-  r.build = checker.build(file, file.resolve_params(options.params), options.dtype, arch,
+  r.build = checker.build(file, file.resolve_params(options.dtype, options.params), options.dtype, arch,
                           &options.sizes, &r.verdict);
   if (r.verdict != Verdict::ok) {
     r.detail = r.build.log;

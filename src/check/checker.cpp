@@ -322,7 +322,6 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
   // Build every dtype up front, in parallel. The worker is started first: build() reads the
   // device's limits from it, and a WorkerClient is used from one thread at a time.
   worker_.device();
-  const ParamValues params = file.resolve_params(options.params);
   const std::string arch = options.arch.empty() ? worker_.device().default_arch() : options.arch;
   std::vector<CompileResult> builds(dtypes.size());
   {
@@ -332,7 +331,8 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
     for (size_t i = 0; i < dtypes.size(); ++i) {
       jobs.emplace_back([&, i] {
         try {
-          builds[i] = build(file, params, dtypes[i], arch, nullptr, &verdicts[i]);
+          builds[i] = build(file, file.resolve_params(dtypes[i], options.params), dtypes[i], arch,
+                            nullptr, &verdicts[i]);
         } catch (...) {
           errors[i] = std::current_exception();
         }

@@ -143,7 +143,7 @@ int cmd_build(const BuildFlags& flags, const DeviceFlags& device,
     if (loaded == files.end())
       loaded = files.emplace(job.choice.file, KernelFile::load(job.choice.file)).first;
     const KernelFile& file = loaded->second;
-    job.result = checker.build(file, file.resolve_params(job.choice.params), dtype, arch,
+    job.result = checker.build(file, file.resolve_params(dtype, job.choice.params), dtype, arch,
                                &job.sizes, &job.verdict);
     progress_line(
         fmt::format("[{}/{}] {} {} {}: {}{}", i + 1, jobs.size(), job.op->name(),

@@ -58,6 +58,7 @@ void fix_params(std::vector<KernelFile>& files, const ParamValues& fixed) {
         }
         p.candidates = {value};
         p.default_value = value;
+        p.default_expression.reset();
         declared = true;
       }
     }

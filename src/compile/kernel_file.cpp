@@ -157,9 +157,10 @@ class HeaderParser {
     slot = make_expression(value, line);
   }
 
-  // param: NAME = DEFAULT in {V1, V2, ...}
+  // param: NAME = DEFAULT in {V1, V2, ...}; DEFAULT is an integer or an expression of
+  // elem_bytes, checked against the candidates for every declared dtype in check_complete().
   void parse_param(const std::string& value, int line) {
-    static const std::regex pattern(R"(^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\S+)\s+in\s+\{(.*)\}$)");
+    static const std::regex pattern(R"(^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+?)\s+in\s+\{(.*)\}$)");
     std::smatch m;
     if (!std::regex_match(value, m, pattern)) {
       fail(line,
@@ -170,8 +171,13 @@ class HeaderParser {
     param.line = line;
     check_new_name(param.name, line);
     if (!parse_integer(m[2], &param.default_value)) {
-      fail(line,
-           fmt::format("param {}: default '{}' is not an integer", param.name, std::string(m[2])));
+      param.default_expression = make_expression(m[2], line);
+      for (const auto& name : param.default_expression->variables()) {
+        if (name != "elem_bytes") {
+          fail(line, fmt::format("param {}: a default may depend on elem_bytes only, not '{}'",
+                                 param.name, name));
+        }
+      }
     }
     for (const auto& item : split(std::string(m[3]), ',')) {
       long long v = 0;
@@ -184,12 +190,34 @@ class HeaderParser {
       }
       param.candidates.push_back(v);
     }
-    if (std::find(param.candidates.begin(), param.candidates.end(), param.default_value) ==
-        param.candidates.end()) {
-      fail(line, fmt::format("param {}: default {} is not one of {{{}}}", param.name,
-                             param.default_value, fmt::join(param.candidates, ", ")));
-    }
+    if (!param.default_expression) check_default(param, param.default_value, "");
     file_.params.push_back(std::move(param));
+  }
+
+  void check_default(const TunableParam& param, long long value, std::string_view dtype) const {
+    if (std::find(param.candidates.begin(), param.candidates.end(), value) !=
+        param.candidates.end()) {
+      return;
+    }
+    fail(param.line, fmt::format("param {}: default {}{} is not one of {{{}}}", param.name, value,
+                                 dtype.empty() ? "" : fmt::format(" (in {})", dtype),
+                                 fmt::join(param.candidates, ", ")));
+  }
+
+  // A default that depends on the dtype must be a candidate in each one the file declares.
+  void check_dtype_defaults() const {
+    for (const auto& param : file_.params) {
+      if (!param.default_expression) continue;
+      for (const DType dtype : file_.dtypes) {
+        long long value = 0;
+        try {
+          value = param.default_for(static_cast<long long>(dtype_size(dtype)));
+        } catch (const Error& e) {
+          fail(param.line, fmt::format("param {}: {}", param.name, e.what()));
+        }
+        check_default(param, value, dtype_name(dtype));
+      }
+    }
   }
 
   void check_new_name(const std::string& name, int line) {
@@ -227,6 +255,7 @@ class HeaderParser {
     if (!file_.libraries.empty() && file_.backend != Backend::cuda) {
       fail(uses_line_, "uses: CUTLASS is for CUDA files");
     }
+    check_dtype_defaults();
   }
 
   KernelFile& file_;
@@ -267,10 +296,15 @@ bool KernelFile::uses(std::string_view library) const {
   return std::find(libraries.begin(), libraries.end(), library) != libraries.end();
 }
 
-ParamValues KernelFile::resolve_params(const ParamValues& overrides) const {
+long long TunableParam::default_for(long long elem_bytes) const {
+  if (!default_expression) return default_value;
+  return default_expression->evaluate({{"elem_bytes", elem_bytes}});
+}
+
+ParamValues KernelFile::resolve_params(DType dtype, const ParamValues& overrides) const {
   ParamValues values;
   for (const auto& p : params)
-    values[p.name] = p.default_value;
+    values[p.name] = p.default_for(static_cast<long long>(dtype_size(dtype)));
   for (const auto& [name, value] : overrides) {
     if (!values.contains(name)) {
       std::vector<std::string> names;

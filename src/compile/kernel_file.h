@@ -19,9 +19,14 @@ using ParamValues = std::map<std::string, long long, std::less<>>;
 
 struct TunableParam {
   std::string name;
+  // The default: a number, or an expression of `elem_bytes` (`16 / elem_bytes`) where the best
+  // start differs by dtype (a 16-byte pack is 8 bf16 elements but 4 f32 ones).
   long long default_value = 0;
+  std::optional<Expression> default_expression;
   std::vector<long long> candidates;
   int line = 0;
+
+  long long default_for(long long elem_bytes) const;
 };
 
 struct DerivedValue {
@@ -61,9 +66,9 @@ struct KernelFile {
 
   bool supports(DType dtype) const;
   bool uses(std::string_view library) const;
-  // Every parameter at its default, with `overrides` applied. Throws UsageError for an unknown
-  // name.
-  ParamValues resolve_params(const ParamValues& overrides = {}) const;
+  // Every parameter at its default for `dtype`, with `overrides` applied. Throws UsageError for
+  // an unknown name.
+  ParamValues resolve_params(DType dtype, const ParamValues& overrides = {}) const;
   // Parameters plus derived values, in declaration order of evaluation.
   ParamValues with_derived(const ParamValues& params, const Bindings& context) const;
 };

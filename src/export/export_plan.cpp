@@ -165,7 +165,7 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
         if (loaded == files.end())
           loaded = files.emplace(choice.file, KernelFile::load(choice.file)).first;
         const KernelFile& file = loaded->second;
-        const ParamValues all = file.with_derived(file.resolve_params(choice.params),
+        const ParamValues all = file.with_derived(file.resolve_params(dtype, choice.params),
                                                   problem_bindings(device, dtype, &problem));
         const Variant variant = Variant::make(file, all, dtype, plan.arch);
         auto same = std::find_if(out.variants.begin(), out.variants.end(),

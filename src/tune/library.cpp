@@ -177,7 +177,7 @@ std::optional<ParamValues> valid_params(const KernelFile& file, const nlohmann::
     values[name] = v;
   }
   Bindings bindings = problem_bindings(device, dtype, &sizes);
-  const ParamValues all = file.with_derived(file.resolve_params(values), bindings);
+  const ParamValues all = file.with_derived(file.resolve_params(dtype, values), bindings);
   for (const auto& [name, value] : all)
     bindings[name] = value;
   // A row is reused only where the tuner would have searched it (prune: lines included).

@@ -401,7 +401,8 @@ std::optional<PointId> SearchSpace::point_with(int file, const ParamValues& tuna
   SpacePoint p{file, {}};
   for (const auto& param : f.params) {
     const auto given = tunables.find(param.name);
-    const long long value = given == tunables.end() ? param.default_value : given->second;
+    const long long value =
+        given == tunables.end() ? param.default_for(context_.at("elem_bytes")) : given->second;
     const auto it = std::find(param.candidates.begin(), param.candidates.end(), value);
     if (it == param.candidates.end()) return std::nullopt;
     p.choice.push_back(static_cast<uint8_t>(it - param.candidates.begin()));

@@ -181,7 +181,7 @@ TEST(CudaKernels, AllCompileForSm90a) {
         if (one_dtype && !variants.empty()) break;
         const Bindings context = {{"elem_bytes", static_cast<long long>(dtype_size(d))}};
         variants.push_back(
-            Variant::make(file, file.with_derived(file.resolve_params(), context), d, "sm_90a"));
+            Variant::make(file, file.with_derived(file.resolve_params(d), context), d, "sm_90a"));
       }
       for (const auto& r : compiler.compile_all(file, variants)) {
         EXPECT_TRUE(r.ok) << r.variant.describe() << "\n" << r.log;
@@ -208,7 +208,7 @@ TEST(CudaKernels, KeepsPtxCubinAndSassOnRequest) {
   const KernelFile file = KernelFile::load(test::kernels_dir() + "/softmax/softmax_rowblock.cu");
   const Bindings context = {{"elem_bytes", 2}};
   const auto r =
-      compiler.compile(file, Variant::make(file, file.with_derived(file.resolve_params(), context),
+      compiler.compile(file, Variant::make(file, file.with_derived(file.resolve_params(DType::bf16), context),
                                            DType::bf16, "sm_90a"));
   ASSERT_TRUE(r.ok) << r.log;
   const auto entry = r.module.parent_path();

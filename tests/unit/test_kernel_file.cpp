@@ -70,7 +70,7 @@ TEST(KernelFile, EveryLibraryFileParsesAndItsDefaultsHold) {
     for (const DType dtype : f.dtypes) {
       const Bindings bindings = problem_bindings(h100, dtype, nullptr);
       ParamValues all;
-      ASSERT_NO_THROW(all = f.with_derived(f.resolve_params(), bindings)) << entry.path();
+      ASSERT_NO_THROW(all = f.with_derived(f.resolve_params(dtype), bindings)) << entry.path();
       if (f.backend != Backend::cuda) continue;
       Bindings with_params = bindings;
       for (const auto& [name, value] : all)
@@ -84,12 +84,29 @@ TEST(KernelFile, EveryLibraryFileParsesAndItsDefaultsHold) {
 
 TEST(KernelFile, ResolvesParamsAndDerivedValues) {
   const KernelFile f = KernelFile::parse(kValid, "k.cpp");
-  const ParamValues p = f.resolve_params({{"BLOCK", 128}});
+  const ParamValues p = f.resolve_params(DType::f32, {{"BLOCK", 128}});
   EXPECT_EQ(p.at("BLOCK"), 128);
   EXPECT_EQ(p.at("VEC"), 4);
   const ParamValues all = f.with_derived(p, {});
   EXPECT_EQ(all.at("WARPS"), 4);
-  EXPECT_THROW(f.resolve_params({{"NOPE", 1}}), UsageError);
+  EXPECT_THROW(f.resolve_params(DType::f32, {{"NOPE", 1}}), UsageError);
+}
+
+// A default may be an expression of elem_bytes: one 16-byte pack is 8 bf16 elements but 4 f32.
+TEST(KernelFile, DefaultsMayDependOnTheElementSize) {
+  std::string text = kValid;
+  text.replace(text.find("VEC = 4 in"), 10, "VEC = 16 / elem_bytes in");
+  const KernelFile f = KernelFile::parse(text, "k.cpp");
+  EXPECT_EQ(f.resolve_params(DType::bf16).at("VEC"), 8);
+  EXPECT_EQ(f.resolve_params(DType::f16).at("VEC"), 8);
+  EXPECT_EQ(f.resolve_params(DType::f32).at("VEC"), 4);
+  EXPECT_EQ(f.resolve_params(DType::bf16, {{"VEC", 2}}).at("VEC"), 2);
+  EXPECT_EQ(f.params[1].default_for(4), 4);
+
+  EXPECT_EQ(error_after("VEC = 4 in", "VEC = 32 / elem_bytes in"),
+            "k.cpp:6: param VEC: default 16 (in f16) is not one of {1, 2, 4, 8}");
+  EXPECT_EQ(error_after("VEC = 4 in", "VEC = 16 / BLOCK in"),
+            "k.cpp:6: param VEC: a default may depend on elem_bytes only, not 'BLOCK'");
 }
 
 TEST(KernelFile, ErrorsNameTheLine) {
