@@ -15,6 +15,7 @@
 #include "core/json_file.h"
 #include "core/text.h"
 #include "device/ceilings.h"
+#include "kernelbench/kernelbench_op.h"
 #include "loop/brief.h"
 #include "loop/experiment.h"
 #include "loop/journal.h"
@@ -224,6 +225,9 @@ int print_status(const LoopFlags& flags, const std::vector<fs::path>& dirs) {
 }  // namespace
 
 int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
+  // KernelBench problems the workspace's tasks were made from (`kforge task --kernelbench`).
+  if (fs::is_directory(fs::path(flags.workspace) / "problems"))
+    add_kernelbench_folder(fs::path(flags.workspace) / "problems");
   const std::vector<fs::path> dirs = workspace_task_dirs(flags.workspace);
   if (flags.status) return print_status(flags, dirs);
   const WorkspaceLock lock(flags.workspace);
@@ -232,9 +236,14 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   // Every task and its journal, the repository started from the op's starter for this backend.
   std::vector<Task> tasks;
   for (const fs::path& dir : dirs) {
-    const LoopTask task = LoopTask::from_json(read_json_file(dir / "task.json"));
+    const nlohmann::json task_file = read_json_file(dir / "task.json");
+    const LoopTask task = LoopTask::from_json(task_file);
+    // A task may bring its own starter (a KernelBench problem's), else the op's.
     const fs::path starter =
-        library_kernels_dir() / starter_kernel(task.op->name(), backend == "cuda", task.dtype);
+        task_file.contains("starter")
+            ? dir / task_file.at("starter").get<std::string>()
+            : library_kernels_dir() /
+                  starter_kernel(task.op->name(), backend == "cuda", task.dtype);
     tasks.push_back({dir, task, TaskJournal::open(dir, starter), plan_figures(dir)});
   }
 

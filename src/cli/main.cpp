@@ -31,6 +31,7 @@
 #include "cli/common.h"
 #include "cli/export_command.h"
 #include "cli/import_command.h"
+#include "cli/kernelbench_command.h"
 #include "cli/loop_command.h"
 #include "cli/plan_command.h"
 #include "cli/profile_command.h"
@@ -42,6 +43,7 @@
 #include "core/run_info.h"
 #include "device/backend.h"
 #include "device/ceilings.h"
+#include "kernelbench/kernelbench_op.h"
 #include "ops/op_spec.h"
 #include "run/protocol.h"
 #include "run/worker_client.h"
@@ -283,6 +285,7 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
 int main(int argc, char** argv) {
   using namespace kforge;
   const std::vector<std::string> args(argv, argv + argc);
+  install_kernelbench_resolver();  // ops named kb:NAME load KernelBench problems
   CLI::App app{"kforge: profile, check, time and tune GPU kernels"};
   app.require_subcommand(1);
 
@@ -366,6 +369,10 @@ int main(int argc, char** argv) {
   auto* patch = add_patch_command(app, patch_flags);
   LoopFlags loop_flags;
   auto* loop = add_loop_command(app, loop_flags, device_flags);
+  TaskFlags task_flags;
+  auto* task = add_task_command(app, task_flags, device_flags);
+  KernelBenchFlags kernelbench_flags;
+  auto* kernelbench = add_kernelbench_command(app, kernelbench_flags, device_flags);
 
   ProfileFlags profile_flags;
   auto* profile = add_profile_command(app, profile_flags);
@@ -407,6 +414,8 @@ int main(int argc, char** argv) {
     if (*verify) return cmd_verify(verify_flags);
     if (*patch) return cmd_patch(patch_flags);
     if (*loop) return cmd_loop(loop_flags, device_flags);
+    if (*task) return cmd_task(task_flags, device_flags);
+    if (*kernelbench) return cmd_kernelbench(kernelbench_flags, device_flags, args);
     if (*profile) return cmd_profile(profile_flags, args);
     if (*plan) return cmd_plan(plan_flags, args);
     if (*report) return cmd_report(report_flags, args);

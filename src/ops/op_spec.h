@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -153,7 +155,13 @@ class OpSpec {
   bool supports(DType dtype) const;
 };
 
+// The op named `name`: one of kforge's, one registered while it runs, or one the resolver loads
+// (a KernelBench problem, `kb:NAME`); null when none.
 const OpSpec* find_op(std::string_view name);
+// Adds an op at run time; names must not repeat. Returns the registered op.
+const OpSpec* register_op(std::unique_ptr<OpSpec> spec);
+// What find_op asks for a name it does not know (it registers what it loads).
+void set_op_resolver(std::function<const OpSpec*(std::string_view)> resolver);
 // The library's starter kernel file for an op in `dtype`, relative to the source tree's kernels/
 // folder: what a device without a table runs, and the baseline a candidate is timed against
 // when no vendor library implements the op. On CUDA, 16-bit matmuls start on the tensor cores

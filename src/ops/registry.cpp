@@ -1,5 +1,7 @@
 #include "ops/registry.h"
 
+#include <mutex>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -24,13 +26,48 @@ const std::vector<std::unique_ptr<OpSpec>>& registry() {
   return specs;
 }
 
+// Ops added while kforge runs (KernelBench problems), and what loads one by name.
+struct RuntimeOps {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<OpSpec>> specs;
+  std::function<const OpSpec*(std::string_view)> resolver;
+};
+
+RuntimeOps& runtime_ops() {
+  static RuntimeOps ops;
+  return ops;
+}
+
 }  // namespace
 
 const OpSpec* find_op(std::string_view name) {
   for (const auto& spec : registry()) {
     if (spec->name() == name) return spec.get();
   }
-  return nullptr;
+  std::function<const OpSpec*(std::string_view)> resolver;
+  {
+    auto& runtime = runtime_ops();
+    const std::lock_guard lock(runtime.mutex);
+    for (const auto& spec : runtime.specs) {
+      if (spec->name() == name) return spec.get();
+    }
+    resolver = runtime.resolver;
+  }
+  // Outside the lock: the resolver registers what it loads.
+  return resolver ? resolver(name) : nullptr;
+}
+
+const OpSpec* register_op(std::unique_ptr<OpSpec> spec) {
+  auto& runtime = runtime_ops();
+  const std::lock_guard lock(runtime.mutex);
+  runtime.specs.push_back(std::move(spec));
+  return runtime.specs.back().get();
+}
+
+void set_op_resolver(std::function<const OpSpec*(std::string_view)> resolver) {
+  auto& runtime = runtime_ops();
+  const std::lock_guard lock(runtime.mutex);
+  runtime.resolver = std::move(resolver);
 }
 
 std::string starter_kernel(std::string_view op, bool cuda, DType dtype) {

@@ -1,0 +1,267 @@
+#include "cli/kernelbench_command.h"
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "check/checker.h"
+#include "cli/loop_command.h"
+#include "compile/compiler.h"
+#include "core/error.h"
+#include "core/json_file.h"
+#include "core/run_info.h"
+#include "kernelbench/kernelbench_op.h"
+#include "loop/journal.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+namespace {
+
+// KernelBench's thresholds: fast_p counts correct kernels faster than the reference by > p.
+constexpr std::array<double, 4> kThresholds = {0, 1, 1.5, 2};
+
+// The signature op's starter kernel for the backend, its header naming the problem's op.
+std::string problem_starter(const KernelBenchOp& op, bool cuda, fs::path* library) {
+  *library =
+      library_kernels_dir() / starter_kernel(op.signature_op().name(), cuda, op.problem_dtype());
+  const std::string text = read_text_file(*library);
+  const std::regex op_line(R"((\n\s*\*?\s*op:\s*)([A-Za-z0-9_:]+))");
+  std::smatch m;
+  if (!std::regex_search(text, m, op_line) || m[2].str() != op.signature_op().name()) {
+    throw Error(
+        fmt::format("{} has no 'op: {}' line", library->string(), op.signature_op().name()));
+  }
+  return m.prefix().str() + m[1].str() + std::string(op.name()) + m.suffix().str();
+}
+
+// A task folder for one problem (kept as it is when it exists already): the problem copied into
+// WS/problems, task.json naming its op, and the journal started from the op's starter.
+std::string make_task(const fs::path& problem_file, const fs::path& workspace, bool cuda) {
+  const KernelBenchOp& op = load_kernelbench_problem(problem_file);
+  const std::string name = problem_file.stem().string();
+  const fs::path problems = workspace / "problems";
+  fs::create_directories(problems);
+  const fs::path copy = problems / problem_file.filename();
+  if (!fs::exists(copy)) {
+    fs::copy_file(problem_file, copy);
+  } else if (read_text_file(copy) != read_text_file(problem_file)) {
+    throw UsageError(fmt::format("{} differs from {}, which the workspace's task {} was made from",
+                                 problem_file.string(), copy.string(), name));
+  }
+  const fs::path dir = workspace / name;
+  if (fs::exists(dir / "task.json")) {
+    fmt::print("task {}: {} (exists)\n", name, dir.string());
+    return name;
+  }
+  fs::create_directories(dir);
+  fs::path library;
+  const std::string starter_text = problem_starter(op, cuda, &library);
+  const fs::path starter = dir / fmt::format("starter{}", library.extension().string());
+  {
+    std::ofstream out(starter, std::ios::binary);
+    out << starter_text;
+    if (!out) throw Error(fmt::format("cannot write {}", starter.string()));
+  }
+  TaskJournal::open(dir, starter);
+  const nlohmann::json task = {{"op", op.name()},
+                               {"shape", op.format_shape(op.problem_sizes())},
+                               {"dtype", dtype_name(op.problem_dtype())},
+                               {"kernelbench", fs::relative(copy, dir).string()},
+                               {"signature_op", op.signature_op().name()},
+                               {"starter", starter.filename().string()},
+                               {"starter_from", library.filename().string()},
+                               {"share", 0},
+                               {"gain", 1}};
+  write_json_atomically(dir / "task.json", task);
+  fmt::print("task {}: {} ({} {} {}, checked against the problem's Model; starts from {})\n", name,
+             dir.string(), op.name(), op.format_shape(op.problem_sizes()),
+             dtype_name(op.problem_dtype()), library.filename().string());
+  return name;
+}
+
+std::vector<fs::path> problem_files(const fs::path& folder) {
+  if (!fs::is_directory(folder))
+    throw UsageError(fmt::format("{} is not a folder of problems", folder.string()));
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(folder)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".py") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw UsageError(fmt::format("{} holds no .py problems", folder.string()));
+  return files;
+}
+
+// The loop's proposer for one problem: scripted:DIR takes DIR/NAME (none when it is missing).
+std::string proposer_for(const std::string& spec, const std::string& name) {
+  if (!spec.starts_with("scripted:")) return spec;
+  const fs::path edits = fs::path(spec.substr(9)) / name;
+  return fs::is_directory(edits) ? "scripted:" + edits.string() : "";
+}
+
+struct Scored {
+  ProblemScore eager;    // speedup against the Model in PyTorch eager
+  ProblemScore compile;  // against the Model under torch.compile
+  nlohmann::json record;
+};
+
+// The task's final kernel (its repository's file) through the five stages, then timed beside
+// the problem's Model by one method.
+Scored score_task(const fs::path& workspace, const std::string& name, const DeviceFlags& device,
+                  double max_seconds) {
+  Scored s;
+  s.eager.name = s.compile.name = name;
+  const fs::path kernel = TaskJournal::open(workspace / name).kernel_path();
+  s.record = {{"problem", name}, {"kernel", kernel.string()}};
+  KernelSession session(kernel.string(), device, false);
+  const auto* op = dynamic_cast<const KernelBenchOp*>(&session.op);
+  if (!op) throw Error(fmt::format("{}'s kernel names op {}", name, session.file.op));
+  CheckOptions options;
+  options.dtypes = {op->problem_dtype()};
+  const CheckReport report = session.checker.check(session.file, options, nullptr);
+  s.record["check"] = verdict_name(report.verdict);
+  if (!report.passed()) {
+    s.record["check_detail"] = report.detail;
+    fmt::print("{}: final kernel {}: {}\n", name, verdict_name(report.verdict), report.detail);
+    return s;
+  }
+  Verdict verdict = Verdict::ok;
+  const CompileResult build =
+      session.checker.build(session.file, session.file.resolve_params(op->problem_dtype()),
+                            op->problem_dtype(), "", &op->problem_sizes(), &verdict);
+  if (verdict != Verdict::ok) throw Error(fmt::format("{}: {}", name, build.log));
+  const ProblemTiming t = op->time(build.module, max_seconds);
+  if (!t.agrees_after_timing) {
+    s.record["check"] = "WRONG";
+    s.record["check_detail"] =
+        fmt::format("after the timing its output is off by {:g} beyond ten times the tolerance",
+                    t.excess_over_tolerance);
+    fmt::print("{}: WRONG after the timing ({})\n", name,
+               s.record["check_detail"].get<std::string>());
+    return s;
+  }
+  s.eager.passed = s.compile.passed = true;
+  s.eager.speedup = t.eager_us / t.kforge_us;
+  s.compile.speedup = t.compile_us / t.kforge_us;
+  s.record.update({{"kforge_us", t.kforge_us},
+                   {"eager_us", t.eager_us},
+                   {"compile_us", t.compile_us},
+                   {"speedup_eager", s.eager.speedup},
+                   {"speedup_compile", s.compile.speedup},
+                   {"excess_over_tolerance", t.excess_over_tolerance},
+                   {"device", t.device},
+                   {"torch", t.torch_version},
+                   {"shape", op->format_shape(op->problem_sizes())},
+                   {"signature_op", op->signature_op().name()}});
+  fmt::print("{}: PASS  kforge {:.2f} us  eager {:.2f} us ({:.2f}x)  compile {:.2f} us ({:.2f}x)\n",
+             name, t.kforge_us, t.eager_us, s.eager.speedup, t.compile_us, s.compile.speedup);
+  return s;
+}
+
+}  // namespace
+
+CLI::App* add_task_command(CLI::App& app, TaskFlags& flags, DeviceFlags& device) {
+  auto* cmd = app.add_subcommand(
+      "task", "Make a loop task from a KernelBench-format problem (docs/kernelbench.md)");
+  cmd->add_option("--kernelbench", flags.kernelbench,
+                  "A problem file: Model, get_inputs(), get_init_inputs() and KFORGE_OP")
+      ->required();
+  cmd->add_option("--workspace", flags.workspace, "The loop workspace to add the task to")
+      ->required();
+  add_device_flags(cmd, device);
+  return cmd;
+}
+
+int cmd_task(const TaskFlags& flags, const DeviceFlags& device) {
+  fs::create_directories(flags.workspace);
+  add_kernelbench_folder(fs::path(flags.workspace) / "problems");
+  const bool cuda = pick_backend(device, nullptr) == "cuda";
+  make_task(flags.kernelbench, flags.workspace, cuda);
+  return 0;
+}
+
+CLI::App* add_kernelbench_command(CLI::App& app, KernelBenchFlags& flags, DeviceFlags& device) {
+  auto* cmd = app.add_subcommand(
+      "kernelbench",
+      "Run the loop over a folder of KernelBench-format problems and score fast_p against each "
+      "problem's Model (eager and torch.compile), measured in the same run");
+  cmd->add_option("problems", flags.problems, "A folder of problem files (.py)")->required();
+  cmd->add_option("--workspace", flags.workspace, "The loop workspace (one task per problem)")
+      ->required();
+  cmd->add_option("--propose", flags.propose,
+                  "A loop proposer (docs/loop.md); scripted:DIR takes DIR/NAME's edits for "
+                  "problem NAME. Without it, the tasks' current kernels are scored");
+  cmd->add_option("--max-reverts", flags.rules.max_consecutive_reverts,
+                  "Move on after N experiments in a row not kept (0: never)");
+  cmd->add_option("--target-speedup", flags.rules.target_speedup,
+                  "Move on once the best is this much faster than the start (0: never)");
+  cmd->add_option("--task-seconds", flags.rules.budget_seconds,
+                  "Move on after this long on one problem (0: no limit)");
+  cmd->add_option("--max-seconds", flags.max_seconds,
+                  "Timing cap per kernel and experiment, and per timed function in the score");
+  cmd->add_option("--json", flags.json_path, "Write the scores as JSON ('-': stdout)");
+  add_device_flags(cmd, device);
+  return cmd;
+}
+
+int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
+                    const std::vector<std::string>& argv) {
+  const fs::path workspace = flags.workspace;
+  fs::create_directories(workspace);
+  add_kernelbench_folder(workspace / "problems");
+  const bool cuda = pick_backend(device, nullptr) == "cuda";
+  std::vector<std::string> names;
+  for (const fs::path& file : problem_files(flags.problems))
+    names.push_back(make_task(file, workspace, cuda));
+
+  if (!flags.propose.empty()) {
+    for (const std::string& name : names) {
+      LoopFlags loop;
+      loop.workspace = workspace.string();
+      loop.task = name;
+      loop.propose = proposer_for(flags.propose, name);
+      loop.rules = flags.rules;
+      loop.max_seconds = flags.max_seconds;
+      if (loop.propose.empty()) {
+        fmt::print("{}: no edits for it in {}: scored as it stands\n", name, flags.propose);
+        continue;
+      }
+      cmd_loop(loop, device);
+    }
+  }
+
+  std::vector<ProblemScore> eager, compiled;
+  nlohmann::json problems = nlohmann::json::array();
+  for (const std::string& name : names) {
+    Scored s;
+    try {
+      s = score_task(workspace, name, device, flags.max_seconds);
+    } catch (const std::exception& e) {
+      // A problem kforge could not check or time counts as not solved; the others go on.
+      s.eager.name = s.compile.name = name;
+      s.record = {{"problem", name}, {"error", e.what()}};
+      fmt::print("{}: not scored: {}\n", name, e.what());
+    }
+    eager.push_back(s.eager);
+    compiled.push_back(s.compile);
+    problems.push_back(std::move(s.record));
+  }
+  nlohmann::json j = {
+      {"problems", problems}, {"proposer", flags.propose}, {"run", run_metadata(argv)}};
+  fmt::print(
+      "\n{} problems, proposer {}\n| p | fast_p vs eager | fast_p vs torch.compile |\n"
+      "|---|---|---|\n",
+      names.size(), flags.propose.empty() ? "none" : flags.propose);
+  for (const double p : kThresholds) {
+    const double e = fast_p(eager, p);
+    const double c = fast_p(compiled, p);
+    j["fast_p"][fmt::format("{:g}", p)] = {{"eager", e}, {"compile", c}};
+    fmt::print("| {:g} | {:.2f} | {:.2f} |\n", p, e, c);
+  }
+  write_json(j, flags.json_path);
+  return 0;
+}
+
+}  // namespace kforge

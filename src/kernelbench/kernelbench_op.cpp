@@ -1,0 +1,354 @@
+#include "kernelbench/kernelbench_op.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "check/checker.h"
+#include "compile/compiler.h"
+#include "core/error.h"
+#include "core/process.h"
+#include "core/temp_directory.h"
+#include "kforge/kernel.h"
+#include "ops/registry.h"
+
+namespace kforge {
+namespace fs = std::filesystem;
+
+// The problem's Python child: one request at a time, data through files in a private folder.
+class ProblemServer {
+ public:
+  explicit ProblemServer(const fs::path& problem) : data_("kforge-kb") {
+    const fs::path script =
+        default_include_dir().parent_path() / "src" / "kernelbench" / "kernelbench_problem.py";
+    if (!fs::exists(script)) throw Error(fmt::format("{} is missing", script.string()));
+    log_ = data_.path() / "problem.log";
+    child_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{kernelbench_python(), script.string(),
+                                 fs::absolute(problem).string()},
+        log_.string());
+    const nlohmann::json ready = receive(std::chrono::minutes(2), "start");
+    if (!ready.value("ok", false)) {
+      throw UsageError(fmt::format("{}: {}", problem.string(), ready.value("error", "")));
+    }
+  }
+
+  const fs::path& folder() const { return data_.path(); }
+
+  // Sends one request and returns its reply; Error when the child fails or is gone.
+  nlohmann::json request(nlohmann::json request, std::chrono::milliseconds timeout) {
+    const std::string cmd = request.at("cmd");
+    if (!child_->send_line(request.dump())) throw Error(died("the request " + cmd));
+    nlohmann::json reply = receive(timeout, cmd);
+    if (!reply.value("ok", false)) {
+      throw Error(fmt::format("the problem's {} failed: {}", cmd, reply.value("error", "")));
+    }
+    return reply;
+  }
+
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  nlohmann::json receive(std::chrono::milliseconds timeout, const std::string& what) {
+    bool timed_out = false;
+    const auto line = child_->receive_line(timeout, &timed_out);
+    if (!line) {
+      throw Error(timed_out
+                      ? fmt::format("the problem's {} took over {} s", what, timeout.count() / 1000)
+                      : died(what));
+    }
+    try {
+      return nlohmann::json::parse(*line);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("the problem's {} replied '{}'", what, line->substr(0, 200)));
+    }
+  }
+
+  std::string died(const std::string& what) {
+    std::ifstream in(log_);
+    std::string log((std::istreambuf_iterator<char>(in)), {});
+    if (log.size() > 2000) log = fmt::format("...{}", log.substr(log.size() - 2000));
+    return fmt::format("the problem's Python child ended during {}; its log:\n{}", what, log);
+  }
+
+  TempDirectory data_;
+  fs::path log_;
+  std::unique_ptr<ChildProcess> child_;
+  std::mutex mutex_;
+};
+
+namespace {
+
+constexpr auto kRequestTimeout = std::chrono::minutes(10);
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+void write_file(const fs::path& path, const void* data, size_t bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
+}
+
+std::vector<char> read_file(const fs::path& path, size_t bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> data(bytes);
+  in.read(data.data(), static_cast<std::streamsize>(bytes));
+  if (!in || in.peek() != std::char_traits<char>::eof()) {
+    throw Error(fmt::format("{} does not hold {} bytes", path.string(), bytes));
+  }
+  return data;
+}
+
+}  // namespace
+
+KernelBenchOp::KernelBenchOp(std::string name, fs::path problem, const nlohmann::json& described,
+                             std::shared_ptr<ProblemServer> server)
+    : name_(std::move(name)), problem_(std::move(problem)), server_(std::move(server)) {
+  const std::string where = problem_.filename().string();
+  if (!described.contains("op") || described.at("op").is_null()) {
+    throw UsageError(fmt::format(
+        "{} names no KFORGE_OP: kforge takes problems whose signature is one of its ops' ({}); "
+        "set KFORGE_OP to the op whose inputs, parameters and outputs the Model has",
+        where, op_names()));
+  }
+  const std::string base_name = described.at("op");
+  base_ = find_op(base_name);
+  if (!base_ || base_name.starts_with("kb:")) {
+    throw UsageError(
+        fmt::format("{}: KFORGE_OP '{}' is not a kforge op ({})", where, base_name, op_names()));
+  }
+  const auto dtype = parse_dtype(described.at("dtype").get<std::string>());
+  if (!dtype || !base_->supports(*dtype)) {
+    throw UsageError(fmt::format("{}: {} does not take dtype {}", where, base_name,
+                                 described.at("dtype").get<std::string>()));
+  }
+  dtype_ = *dtype;
+
+  // The problem's tensors, in the kernel's order, must be the op's: sizes are read off them.
+  const std::vector<TensorSpec> specs = base_->tensors();
+  const auto& given = described.at("tensors");
+  const auto list = [&](const auto& items) {
+    std::vector<std::string> parts;
+    for (const auto& t : items)
+      parts.push_back(fmt::format("{}{}", t.at("name").template get<std::string>(),
+                                  shape_text(t.at("shape").template get<std::vector<int64_t>>())));
+    return fmt::format("{}", fmt::join(parts, " "));
+  };
+  if (given.size() != specs.size()) {
+    throw UsageError(fmt::format(
+        "{}: {} takes {} (get_inputs()'s tensors, then the Model's parameters, then the "
+        "outputs); the problem has {}",
+        where, base_name, base_->signature(), list(given)));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto shape = given[i].at("shape").get<std::vector<int64_t>>();
+    if (shape.size() != specs[i].dims.size()) {
+      throw UsageError(fmt::format("{}: tensor {} ({}) is {} but {}'s {} has dims [{}]", where, i,
+                                   given[i].at("name").get<std::string>(), shape_text(shape),
+                                   base_name, specs[i].name, fmt::join(specs[i].dims, ", ")));
+    }
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const auto [it, added] = sizes_.emplace(specs[i].dims[d], shape[d]);
+      if (!added && it->second != shape[d]) {
+        throw UsageError(fmt::format("{}: {} is {} in {} but {} in an earlier tensor", where,
+                                     specs[i].dims[d], shape[d], specs[i].name, it->second));
+      }
+    }
+  }
+  for (const auto& [n, v] : base_->named_size_defaults())
+    sizes_.emplace(n, v);
+  base_->complete_sizes(sizes_);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto shape = given[i].at("shape").get<std::vector<int64_t>>();
+    const DType expected = base_->dtype_of(specs[i], dtype_);
+    if (base_->shape_of(specs[i], sizes_) != shape ||
+        given[i].at("dtype").get<std::string>() != dtype_name(expected)) {
+      throw UsageError(fmt::format("{}: tensor {} is {} {} but {} wants {} {} there", where,
+                                   given[i].at("name").get<std::string>(),
+                                   given[i].at("dtype").get<std::string>(), shape_text(shape),
+                                   base_name, dtype_name(expected),
+                                   shape_text(base_->shape_of(specs[i], sizes_))));
+    }
+  }
+  formula_ =
+      fmt::format("{} (KernelBench problem {}, with {}'s signature)", name_, where, base_name);
+}
+
+KernelBenchOp::~KernelBenchOp() = default;
+
+void KernelBenchOp::generate(const Sizes& sizes, InputKind kind, uint64_t seed,
+                             std::span<HostTensor> inputs) const {
+  if (kind != InputKind::normal) {
+    base_->generate(sizes, kind, seed, inputs);
+    return;
+  }
+  if (!server_) throw Error(fmt::format("{} has no Python child to draw inputs", name_));
+  const std::lock_guard lock(server_->mutex());
+  const fs::path dir = server_->folder() / "inputs";
+  fs::create_directories(dir);
+  // Seeds are 64-bit; torch.manual_seed takes what fits in 63 bits.
+  server_->request(
+      {{"cmd", "inputs"}, {"seed", static_cast<int64_t>(seed >> 1)}, {"dir", dir.string()}},
+      kRequestTimeout);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto data = read_file(dir / fmt::format("in{}.bin", i), inputs[i].bytes());
+    std::memcpy(inputs[i].data, data.data(), data.size());
+  }
+}
+
+void KernelBenchOp::reference(const Sizes& sizes, std::span<const std::vector<double>> inputs,
+                              std::span<const double> scalars,
+                              std::span<std::vector<double>> outputs) const {
+  if (!server_) throw Error(fmt::format("{} has no Python child to run its Model", name_));
+  const std::vector<TensorSpec> in_specs = this->inputs();
+  const size_t out_count = this->outputs().size();
+  {
+    const std::lock_guard lock(server_->mutex());
+    const fs::path dir = server_->folder() / "forward";
+    fs::create_directories(dir);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const fs::path path = dir / fmt::format("in{}.bin", i);
+      if (is_floating(base_->dtype_of(in_specs[i], dtype_))) {
+        write_file(path, inputs[i].data(), inputs[i].size() * sizeof(double));
+      } else {
+        std::vector<int64_t> wide(inputs[i].begin(), inputs[i].end());
+        write_file(path, wide.data(), wide.size() * sizeof(int64_t));
+      }
+    }
+    server_->request({{"cmd", "forward"}, {"dir", dir.string()}}, kRequestTimeout);
+    for (size_t o = 0; o < out_count; ++o) {
+      const auto data =
+          read_file(dir / fmt::format("out{}.bin", o), outputs[o].size() * sizeof(double));
+      std::memcpy(outputs[o].data(), data.data(), data.size());
+    }
+  }
+  // Magnitudes (the scale of each output's rounding error) come from the op's own reference
+  // where the host can afford it, else the plain relative tolerance applies (stricter).
+  if (outputs.size() <= out_count) return;
+  if (base_->reference_flops(sizes) <= kHostReferenceFlopLimit) {
+    std::vector<std::vector<double>> own(outputs.size());
+    for (size_t o = 0; o < outputs.size(); ++o)
+      own[o].resize(outputs[o].size());
+    base_->reference(sizes, inputs, scalars, own);
+    for (size_t o = out_count; o < outputs.size(); ++o)
+      outputs[o] = std::move(own[o]);
+  } else {
+    for (size_t o = out_count; o < outputs.size(); ++o) {
+      for (size_t i = 0; i < outputs[o].size(); ++i)
+        outputs[o][i] = std::abs(outputs[o - out_count][i]);
+    }
+  }
+}
+
+ProblemTiming KernelBenchOp::time(const fs::path& module, double max_seconds) const {
+  if (!server_) throw Error(fmt::format("{} has no Python child to time its Model", name_));
+  const std::lock_guard lock(server_->mutex());
+  const nlohmann::json reply = server_->request({{"cmd", "time"},
+                                                 {"module", module.string()},
+                                                 {"entry", KFORGE_ENTRY_SYMBOL},
+                                                 {"abi_version", KFORGE_ABI_VERSION},
+                                                 {"scalars", scalar_values(sizes_)},
+                                                 {"seed", 1},
+                                                 {"max_seconds", max_seconds},
+                                                 {"atol", tolerance(dtype_).atol},
+                                                 {"rtol", tolerance(dtype_).rtol}},
+                                                kRequestTimeout);
+  ProblemTiming t;
+  t.kforge_us = reply.at("kforge");
+  t.eager_us = reply.at("eager");
+  t.compile_us = reply.at("compile");
+  t.agrees_after_timing = reply.at("agrees_after_timing");
+  t.excess_over_tolerance = reply.at("excess_over_tolerance");
+  t.device = reply.at("device");
+  t.torch_version = reply.at("torch");
+  return t;
+}
+
+std::string kernelbench_op_name(const fs::path& problem) {
+  return fmt::format("kb:{}", problem.stem().string());
+}
+
+namespace {
+
+struct LoadedProblems {
+  std::mutex mutex;
+  std::map<std::string, const KernelBenchOp*> by_name;
+};
+
+LoadedProblems& loaded() {
+  static LoadedProblems problems;
+  return problems;
+}
+
+}  // namespace
+
+const KernelBenchOp& load_kernelbench_problem(const fs::path& problem) {
+  if (!fs::is_regular_file(problem)) {
+    throw UsageError(fmt::format("KernelBench problem {} is not a file", problem.string()));
+  }
+  const std::string name = kernelbench_op_name(problem);
+  const fs::path canonical = fs::canonical(problem);
+  auto& problems = loaded();
+  const std::lock_guard lock(problems.mutex);
+  if (const auto it = problems.by_name.find(name); it != problems.by_name.end()) {
+    if (fs::canonical(it->second->problem()) != canonical) {
+      throw UsageError(fmt::format("two KernelBench problems are named {}: {} and {}", name,
+                                   it->second->problem().string(), problem.string()));
+    }
+    return *it->second;
+  }
+  auto server = std::make_shared<ProblemServer>(canonical);
+  const nlohmann::json described = server->request({{"cmd", "describe"}}, kRequestTimeout);
+  auto op = std::make_unique<KernelBenchOp>(name, canonical, described, std::move(server));
+  const KernelBenchOp* registered = op.get();
+  register_op(std::move(op));
+  problems.by_name[name] = registered;
+  return *registered;
+}
+
+void install_kernelbench_resolver() {
+  set_op_resolver([](std::string_view name) -> const OpSpec* {
+    if (!name.starts_with("kb:")) return nullptr;
+    const char* folders = std::getenv("KFORGE_KERNELBENCH_PROBLEMS");
+    if (!folders) return nullptr;
+    std::string_view rest = folders;
+    while (!rest.empty()) {
+      const size_t colon = rest.find(':');
+      const fs::path folder(std::string(rest.substr(0, colon)));
+      rest = colon == std::string_view::npos ? "" : rest.substr(colon + 1);
+      const fs::path file = folder / (std::string(name.substr(3)) + ".py");
+      if (!folder.empty() && fs::is_regular_file(file)) return &load_kernelbench_problem(file);
+    }
+    return nullptr;
+  });
+}
+
+void add_kernelbench_folder(const fs::path& folder) {
+  const char* old = std::getenv("KFORGE_KERNELBENCH_PROBLEMS");
+  const std::string value = old && *old ? fmt::format("{}:{}", fs::absolute(folder).string(), old)
+                                        : fs::absolute(folder).string();
+  setenv("KFORGE_KERNELBENCH_PROBLEMS", value.c_str(), 1);
+}
+
+std::string kernelbench_python() {
+  const char* env = std::getenv("KFORGE_PYTHON");
+  return env && *env ? env : "python3";
+}
+
+double fast_p(const std::vector<ProblemScore>& scores, double p) {
+  if (scores.empty()) return 0;
+  const auto fast = std::count_if(scores.begin(), scores.end(), [&](const ProblemScore& s) {
+    return s.passed && (p == 0 || s.speedup > p);
+  });
+  return static_cast<double>(fast) / static_cast<double>(scores.size());
+}
+
+}  // namespace kforge

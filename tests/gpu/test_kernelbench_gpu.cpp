@@ -1,0 +1,71 @@
+// `kforge kernelbench` on the GPU (CTest label `gpu`): problems checked against their own
+// PyTorch Models, a scripted edit that computes nothing reverted as WRONG, a Model that differs
+// from the op it names failing every kforge kernel, and fast_p counting passed problems only.
+// Skipped where no CUDA device is visible or python3 cannot import torch with CUDA.
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "core/json_file.h"
+#include "core/process.h"
+#include "device/backend.h"
+#include "test_support.h"
+
+namespace kforge {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(KernelBenchGpu, ScoresProblemsAgainstTheirModels) {
+  if (list_cuda_devices().empty()) GTEST_SKIP() << "no CUDA device";
+  if (!run_command({"python3", "-c", "import torch; assert torch.cuda.is_available()"},
+                   std::chrono::minutes(2))
+           .ok())
+    GTEST_SKIP() << "python3 cannot import torch with CUDA";
+  const fs::path dir = test::temp_dir("kernelbench-gpu");
+  const fs::path problems = dir / "problems";
+  fs::create_directories(problems);
+  const fs::path data = fs::path(test::test_data_dir()) / "kernelbench";
+  for (const char* name : {"softmax_of_double.py", "small_cross_entropy.py"})
+    fs::copy_file(data / name, problems / name);
+  fs::copy_file(test::source_root() / "examples" / "kernelbench" / "level1" / "01_softmax.py",
+                problems / "01_softmax.py");
+
+  // One scripted edit for 01_softmax: the library's starter with an entry that launches
+  // nothing, so its poisoned output comes back as it was.
+  const fs::path edits = dir / "edits" / "01_softmax";
+  fs::create_directories(edits);
+  std::string starter = read_text_file(test::kernels_dir() + "/softmax/softmax_rowblock.cu");
+  starter =
+      std::regex_replace(starter, std::regex(R"(\n\s*\* op: softmax)"), "\n * op: kb:01_softmax");
+  starter =
+      std::regex_replace(starter, std::regex(R"((int kforge_run\(const kf_args\* args\) \{))"),
+                         "$1\n  if (args) return KF_OK;");
+  std::ofstream(edits / "1-skip.cu") << starter;
+
+  const fs::path json = dir / "score.json";
+  const CommandResult r =
+      run_command({test::kforge_binary(), "kernelbench", problems.string(), "--workspace",
+                   (dir / "ws").string(), "--propose", "scripted:" + (dir / "edits").string(),
+                   "--max-seconds", "0.2", "--json", json.string()},
+                  std::chrono::minutes(30));
+  std::cout << r.output;
+  ASSERT_TRUE(r.ok()) << r.output;
+  const nlohmann::json score = read_json_file(json);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& p : score.at("problems"))
+    by_name[p.at("problem")] = p;
+  EXPECT_EQ(by_name.at("01_softmax").at("check"), "OK");
+  EXPECT_EQ(by_name.at("small_cross_entropy").at("check"), "OK");
+  EXPECT_EQ(by_name.at("softmax_of_double").at("check"), "WRONG");
+  // Two of three passed; the failed one never counts, however fast.
+  EXPECT_NEAR(score.at("fast_p").at("0").at("eager").get<double>(), 2.0 / 3, 1e-9);
+  // The edit that computed nothing was reverted as WRONG and the start stayed the best.
+  const std::string log = read_text_file(dir / "ws" / "01_softmax" / "results.tsv");
+  EXPECT_NE(log.find("WRONG"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace kforge
