@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/process.h"
+
 namespace kforge {
 namespace fs = std::filesystem;
 namespace {
@@ -28,14 +30,7 @@ const std::vector<std::string>& winner_sanitizer_tools() {
 }
 
 std::optional<fs::path> find_compute_sanitizer() {
-  if (const char* path = std::getenv("PATH")) {
-    std::stringstream dirs(path);
-    std::string dir;
-    while (std::getline(dirs, dir, ':')) {
-      const fs::path candidate = fs::path(dir) / "compute-sanitizer";
-      if (!dir.empty() && fs::exists(candidate)) return candidate;
-    }
-  }
+  if (const auto found = find_on_path("compute-sanitizer")) return fs::path(*found);
   for (const char* dir : {"/usr/local/cuda/bin", "/usr/local/cuda/compute-sanitizer"}) {
     const fs::path candidate = fs::path(dir) / "compute-sanitizer";
     if (fs::exists(candidate)) return candidate;

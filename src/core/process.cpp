@@ -13,9 +13,11 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -405,6 +407,18 @@ std::optional<ExitStatus> ChildProcess::try_wait(std::chrono::milliseconds grace
     if (Clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+std::optional<std::string> find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (!path) return std::nullopt;
+  std::stringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::filesystem::path candidate = std::filesystem::path(dir) / name;
+    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return std::nullopt;
 }
 
 }  // namespace kforge

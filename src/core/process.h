@@ -19,6 +19,9 @@ struct CommandResult {
   bool ok() const { return !timed_out && signal == 0 && exit_code == 0; }
 };
 
+// The first executable `name` in the folders of $PATH; nullopt when there is none.
+std::optional<std::string> find_on_path(const std::string& name);
+
 // Runs argv[0] (searched on PATH) and waits for it, killing its whole group after `timeout`.
 CommandResult run_command(const std::vector<std::string>& argv,
                           std::chrono::milliseconds timeout = std::chrono::minutes(10));

@@ -340,7 +340,13 @@ void add_kernelbench_folder(const fs::path& folder) {
 
 std::string kernelbench_python() {
   const char* env = std::getenv("KFORGE_PYTHON");
-  return env && *env ? env : "python3";
+  const std::string name = env && *env ? env : "python3";
+  if (name.find('/') != std::string::npos) return name;
+  if (const auto found = find_on_path(name)) return *found;
+  throw UsageError(
+      fmt::format("KernelBench problems run in Python: no {} on PATH (set "
+                  "KFORGE_PYTHON to a python3 that imports torch)",
+                  name));
 }
 
 double fast_p(const std::vector<ProblemScore>& scores, double p) {
