@@ -61,7 +61,8 @@ std::string with_defaults(const std::string& source, const KernelFile& file,
   std::vector<std::string> lines = split_lines(source);
   for (const TunableParam& param : file.params) {
     std::string& line = lines.at(static_cast<size_t>(param.line - 1));
-    const std::regex pattern("\\b" + param.name + "\\s*=\\s*(\\S+)\\s+in\\b");
+    // The default is a number or an expression of elem_bytes (docs/kernel-format.md).
+    const std::regex pattern("\\b" + param.name + "\\s*=\\s*(.+?)\\s+in\\s*\\{");
     std::smatch m;
     if (!std::regex_search(line, m, pattern))
       throw Error(fmt::format("line {}: no default for {} to set", param.line, param.name));
