@@ -144,9 +144,11 @@ WorkerClient& Checker::clean_worker() {
   return *clean_worker_;
 }
 
-std::vector<std::vector<double>> Checker::reference_outputs(const OpSpec& op, const Sizes& sizes,
+std::vector<std::vector<double>> Checker::reference_outputs(const OpSpec& checked_op,
+                                                            const Sizes& sizes,
                                                             const CaseTensors& tensors,
                                                             const std::vector<double>& scalars) {
+  const OpSpec& op = checked_op.reference_spec(tensors.kind());
   if (op.reference_flops(sizes) > kHostReferenceFlopLimit) {
     if (worker_.options().backend != "cuda" || !has_gpu_reference(op.name())) return {};
     return gpu_reference(clean_worker(), op, sizes, tensors);

@@ -226,6 +226,16 @@ std::vector<std::string> Compiler::command_line(const KernelFile& file, const Va
   }
   cmd.push_back("-I" + options_.include_dir.string());
   cmd.push_back("-I" + fs::absolute(file.path).parent_path().string());
+  // A copy of a library file (a loop task's) finds its op folder's shared headers.
+  std::vector<fs::path> folders;
+  for (const auto& header : local_headers(file)) {
+    const fs::path folder = header.parent_path();
+    if (folder != fs::absolute(file.path).parent_path() &&
+        std::find(folders.begin(), folders.end(), folder) == folders.end()) {
+      folders.push_back(folder);
+      cmd.push_back("-I" + folder.string());
+    }
+  }
   if (file.uses("cutlass")) {
     // CuTe's constexpr helpers are called from device code; NDEBUG keeps CUTLASS's asserts out
     // of the kernels.
@@ -266,6 +276,28 @@ std::string Compiler::toolkit_version(Backend backend) const {
   return first;
 }
 
+std::vector<fs::path> local_headers(const KernelFile& file) {
+  static const std::regex include_re(R"(#\s*include\s*\"([^\"]+)\")");
+  std::vector<fs::path> headers;
+  const fs::path beside = fs::absolute(file.path).parent_path();
+  for (auto it = std::sregex_iterator(file.source.begin(), file.source.end(), include_re);
+       it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1].str();
+    if (fs::exists(beside / name)) {
+      headers.push_back(beside / name);
+      continue;
+    }
+    std::error_code ec;
+    for (const auto& op_folder : fs::directory_iterator(library_kernels_dir(), ec)) {
+      if (op_folder.is_directory() && fs::exists(op_folder.path() / name)) {
+        headers.push_back(op_folder.path() / name);
+        break;
+      }
+    }
+  }
+  return headers;
+}
+
 std::string Compiler::headers_fingerprint(const KernelFile& file) const {
   // Every kforge header a kernel could include, plus headers it names with #include "..."
   // beside itself. System headers are covered by the compiler's version.
@@ -275,12 +307,8 @@ std::string Compiler::headers_fingerprint(const KernelFile& file) const {
       if (entry.is_regular_file()) headers.push_back(entry.path());
     }
   }
-  static const std::regex include_re(R"(#\s*include\s*\"([^\"]+)\")");
-  for (auto it = std::sregex_iterator(file.source.begin(), file.source.end(), include_re);
-       it != std::sregex_iterator(); ++it) {
-    const fs::path local = fs::absolute(file.path).parent_path() / (*it)[1].str();
-    if (fs::exists(local)) headers.push_back(local);
-  }
+  for (const auto& local : local_headers(file))
+    headers.push_back(local);
   std::sort(headers.begin(), headers.end());
   Hasher h;
   for (const auto& p : headers)

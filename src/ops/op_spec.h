@@ -138,6 +138,10 @@ class OpSpec {
   // Work of the float64 host reference; above kforge's limit, problems are checked against the
   // op's GPU reference instead (see reference_on_gpu()).
   virtual double reference_flops(const Sizes& sizes) const { return cost(sizes, DType::f32).flops; }
+  // The spec whose reference judges inputs of `kind`: this one, except for a KernelBench
+  // problem, whose Model judges its own inputs and whose kforge op judges kforge's adversarial
+  // ones (where the op's rules for ill-conditioned results apply).
+  virtual const OpSpec& reference_spec(InputKind) const { return *this; }
 
   // Helpers built on the above.
   std::vector<TensorSpec> inputs() const;

@@ -50,6 +50,7 @@ size_t CaseTensors::largest_tensor_elements() const {
 }
 
 void CaseTensors::generate_inputs(InputKind kind, uint64_t seed) {
+  kind_ = kind;
   op_.generate(sizes_, kind, seed, inputs_);
 }
 

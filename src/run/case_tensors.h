@@ -27,6 +27,8 @@ class CaseTensors {
   size_t largest_tensor_elements() const;
 
   void generate_inputs(InputKind kind, uint64_t seed);
+  // The kind of the last generate_inputs() (normal until then).
+  InputKind kind() const { return kind_; }
   // Redraws the kTrapElements scattered elements of input `input` that `trap_seed` picks, as
   // `rule` says (see core/fresh_values.h).
   void redraw_trap_elements(size_t input, const FreshInput& rule, uint64_t trap_seed);
@@ -46,6 +48,7 @@ class CaseTensors {
   std::vector<TensorRef> refs_;
   std::vector<HostTensor> inputs_;
   std::vector<HostTensor> outputs_;
+  InputKind kind_ = InputKind::normal;
 };
 
 }  // namespace kforge

@@ -199,6 +199,27 @@ TEST(CudaKernels, AllCompileForSm90a) {
 namespace kforge {
 namespace {
 
+// A library file copied out of its folder (a loop task's repository holds one file) still
+// finds its op folder's shared header, and that header is part of its cache key.
+TEST(CudaKernels, ACopyOfALibraryFileFindsItsOpFolderHeaders) {
+  const std::filesystem::path dir = test::temp_dir("copied-library-file");
+  const auto copy = dir / "proposal.cu";
+  std::filesystem::copy_file(test::kernels_dir() + "/cross_entropy/cross_entropy_rowblock.cu",
+                             copy);
+  const KernelFile file = KernelFile::load(copy);
+  const auto headers = local_headers(file);
+  ASSERT_EQ(headers.size(), 1u);
+  EXPECT_EQ(headers[0].filename(), "cross_entropy_common.cuh");
+  CompilerOptions options;
+  options.cache_dir = dir / "cache";
+  const Compiler compiler(options);
+  const Bindings context = {{"elem_bytes", 2}};
+  const auto r = compiler.compile(
+      file, Variant::make(file, file.with_derived(file.resolve_params(DType::bf16), context),
+                          DType::bf16, "sm_90a"));
+  EXPECT_TRUE(r.ok) << r.log;
+}
+
 TEST(CudaKernels, KeepsPtxCubinAndSassOnRequest) {
   const std::filesystem::path dir = test::temp_dir("keep");
   CompilerOptions options;
@@ -207,9 +228,9 @@ TEST(CudaKernels, KeepsPtxCubinAndSassOnRequest) {
   const Compiler compiler(options);
   const KernelFile file = KernelFile::load(test::kernels_dir() + "/softmax/softmax_rowblock.cu");
   const Bindings context = {{"elem_bytes", 2}};
-  const auto r =
-      compiler.compile(file, Variant::make(file, file.with_derived(file.resolve_params(DType::bf16), context),
-                                           DType::bf16, "sm_90a"));
+  const auto r = compiler.compile(
+      file, Variant::make(file, file.with_derived(file.resolve_params(DType::bf16), context),
+                          DType::bf16, "sm_90a"));
   ASSERT_TRUE(r.ok) << r.log;
   const auto entry = r.module.parent_path();
   EXPECT_TRUE(std::filesystem::exists(entry / "source.cu"));
