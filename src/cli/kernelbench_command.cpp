@@ -128,9 +128,9 @@ Scored score_task(const fs::path& workspace, const std::string& name, const Devi
     return s;
   }
   Verdict verdict = Verdict::ok;
-  const CompileResult build =
-      session.checker.build(session.file, session.file.resolve_params(op->problem_dtype()),
-                            op->problem_dtype(), "", &op->problem_sizes(), &verdict);
+  const CompileResult build = session.checker.build(
+      session.file, session.file.resolve_params(op->problem_dtype()), op->problem_dtype(),
+      session.worker.device().default_arch(), &op->problem_sizes(), &verdict);
   if (verdict != Verdict::ok) throw Error(fmt::format("{}: {}", name, build.log));
   const ProblemTiming t = op->time(build.module, max_seconds);
   if (!t.agrees_after_timing) {
