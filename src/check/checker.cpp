@@ -148,7 +148,7 @@ std::vector<std::vector<double>> Checker::reference_outputs(const OpSpec& checke
                                                             const Sizes& sizes,
                                                             const CaseTensors& tensors,
                                                             const std::vector<double>& scalars) {
-  const OpSpec& op = checked_op.reference_spec(tensors.kind());
+  const OpSpec& op = checked_op.reference_spec(tensors.kind(), sizes);
   if (op.reference_flops(sizes) > kHostReferenceFlopLimit) {
     if (worker_.options().backend != "cuda" || !has_gpu_reference(op.name())) return {};
     return gpu_reference(clean_worker(), op, sizes, tensors);

@@ -184,6 +184,11 @@ KernelBenchOp::KernelBenchOp(std::string name, fs::path problem, const nlohmann:
 
 KernelBenchOp::~KernelBenchOp() = default;
 
+const OpSpec& KernelBenchOp::reference_spec(InputKind kind, const Sizes& sizes) const {
+  if (kind == InputKind::normal) return *this;
+  return base_->reference_flops(sizes) <= kHostReferenceFlopLimit ? *base_ : *this;
+}
+
 void KernelBenchOp::generate(const Sizes& sizes, InputKind kind, uint64_t seed,
                              std::span<HostTensor> inputs) const {
   if (kind != InputKind::normal) {

@@ -133,7 +133,8 @@ class Problem:
         """Each timed call runs on freshly drawn values (every floating tensor, parameters too,
         refilled in place outside the timed region), so nothing can be reused across calls;
         after the timing the kernel's output on the last draw is compared with the Model's, in
-        float64, at ten times the op's tolerance."""
+        float64, at ten times the op's tolerance (relative to the larger of each value and the
+        output's rms)."""
         model, inputs = self.build(seed)
         tensors = [t for _, t, _ in self.kernel_tensors(model, inputs)]
         with torch.no_grad():
@@ -143,12 +144,14 @@ class Problem:
         cuda = self.device == "cuda"
         stream = torch.cuda.current_stream().cuda_stream if cuda else None
         kernel = bind_kernel(module, entry, tensors, outputs, stream, scalars, abi_version)
-        floating = [t for t in tensors if t.is_floating_point()]
+        # Redrawn at each tensor's own scale (a weight drawn at 1/sqrt(fan_in) stays so).
+        floating = [(t, float(t.float().std()) if t.numel() > 1 else 1.0)
+                    for t in tensors if t.is_floating_point()]
 
         def redraw():
             with torch.no_grad():
-                for t in floating:
-                    t.normal_()
+                for t, scale in floating:
+                    t.normal_(0.0, scale or 1.0)
         timer = Timer(max_seconds, redraw) if cuda else HostTimer(max_seconds, redraw)
         with torch.no_grad():
             eager = timer.time_us(lambda: model(*inputs))
@@ -163,9 +166,12 @@ class Problem:
             wide = copy.deepcopy(model).double()
             reference = as_outputs(wide(*[t.double() if t.is_floating_point() else t
                                           for t in inputs]))
+        # Each element's tolerance scales with the larger of its value and the output's rms: a
+        # sum or a product's rounding follows its terms, not its possibly cancelled value.
         worst = 0.0
         for o, r in zip(outputs, reference):
-            excess = (o.double() - r).abs() - 10 * (atol + rtol * r.abs())
+            rms = float(r.pow(2).mean().sqrt()) if r.numel() else 0.0
+            excess = (o.double() - r).abs() - 10 * (atol + rtol * r.abs().clamp(min=rms))
             worst = max(worst, float(excess.max()) if excess.numel() else 0.0)
             if torch.isnan(o).any():
                 worst = float("inf")

@@ -141,7 +141,7 @@ class OpSpec {
   // The spec whose reference judges inputs of `kind`: this one, except for a KernelBench
   // problem, whose Model judges its own inputs and whose kforge op judges kforge's adversarial
   // ones (where the op's rules for ill-conditioned results apply).
-  virtual const OpSpec& reference_spec(InputKind) const { return *this; }
+  virtual const OpSpec& reference_spec(InputKind, const Sizes&) const { return *this; }
 
   // Helpers built on the above.
   std::vector<TensorSpec> inputs() const;

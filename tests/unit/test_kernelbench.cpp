@@ -62,6 +62,24 @@ TEST(KernelBench, IntegerInputsAndScalarOutputsFollowTheOp) {
   EXPECT_EQ(op.problem_dtype(), DType::bf16);
 }
 
+// The Model judges the problem's own inputs; kforge's adversarial ones go to the op's float64
+// host reference where it is affordable at the problem's size, else back to the Model.
+TEST(KernelBench, AdversarialInputsAreJudgedByTheOpWhereItsHostReferenceIsAffordable) {
+  const KernelBenchOp small("kb:02_rmsnorm", "02_rmsnorm.py", rmsnorm_problem(), nullptr);
+  EXPECT_EQ(&small.reference_spec(InputKind::normal, small.problem_sizes()), &small);
+  EXPECT_EQ(&small.reference_spec(InputKind::near_max, small.problem_sizes()),
+            &small.signature_op());
+  const std::vector<int64_t> qkv = {2, 16, 1024, 128};
+  const nlohmann::json attention = {
+      {"op", "flash_attention"},
+      {"dtype", "bf16"},
+      {"tensors",
+       {tensor("q", qkv, "bf16", "input"), tensor("k", qkv, "bf16", "input"),
+        tensor("v", qkv, "bf16", "input"), tensor("out", qkv, "bf16", "output")}}};
+  const KernelBenchOp large("kb:attention", "attention.py", attention, nullptr);
+  EXPECT_EQ(&large.reference_spec(InputKind::near_max, large.problem_sizes()), &large);
+}
+
 TEST(KernelBench, RefusesAProblemThatDoesNotFitItsOp) {
   nlohmann::json p = rmsnorm_problem();
   p["op"] = nullptr;
