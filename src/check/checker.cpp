@@ -423,12 +423,11 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
         if (!ok) break;
       }
     } else if (stage_name == "stability") {
+      const SizeCase size = op->stability_size();
       for (const InputKind kind : op->stability_kinds()) {
         bool ok = true;
         for (const auto& b : builds) {
-          if (!(ok = run(b, tests.front().label, tests.front().sizes, kind,
-                         kStabilityToleranceScale)))
-            break;
+          if (!(ok = run(b, size.label, size.sizes, kind, kStabilityToleranceScale))) break;
         }
         if (!ok) break;
       }

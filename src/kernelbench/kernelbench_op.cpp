@@ -184,9 +184,9 @@ KernelBenchOp::KernelBenchOp(std::string name, fs::path problem, const nlohmann:
 
 KernelBenchOp::~KernelBenchOp() = default;
 
-const OpSpec& KernelBenchOp::reference_spec(InputKind kind, const Sizes& sizes) const {
-  if (kind == InputKind::normal) return *this;
-  return base_->reference_flops(sizes) <= kHostReferenceFlopLimit ? *base_ : *this;
+SizeCase KernelBenchOp::stability_size() const {
+  if (base_->reference_flops(sizes_) <= kHostReferenceFlopLimit) return {"problem", sizes_};
+  return base_->stability_size();
 }
 
 void KernelBenchOp::generate(const Sizes& sizes, InputKind kind, uint64_t seed,

@@ -89,11 +89,15 @@ class KernelBenchOp final : public OpSpec {
   Cost cost(const Sizes& s, DType d) const override { return base_->cost(s, d); }
   // The reference runs on the problem's device, not on kforge's host: no host limit applies.
   double reference_flops(const Sizes&) const override { return 0; }
-  // The Model judges the problem's own inputs. kforge's adversarial inputs (the stability
-  // stage) are judged by the op's float64 host reference where the host can afford it at the
-  // problem's size (it scales the tolerance of sums and products by their magnitudes, which a
-  // run of the Model cannot give), else by the Model in float64.
-  const OpSpec& reference_spec(InputKind kind, const Sizes& sizes) const override;
+  // The Model judges the problem's own inputs; kforge's adversarial inputs (the stability
+  // stage) are judged by the op's float64 host reference, which scales the tolerance of sums
+  // and products by their magnitudes and which a run of the Model cannot give. They run at the
+  // problem's size where that reference is affordable there, else at the op's own stability
+  // size (as kforge checks the op itself).
+  const OpSpec& reference_spec(InputKind kind, const Sizes&) const override {
+    return kind == InputKind::normal ? *this : *base_;
+  }
+  SizeCase stability_size() const override;
 
  private:
   std::string name_;

@@ -114,6 +114,8 @@ class OpSpec {
   virtual Tolerance tolerance(DType dtype) const = 0;
 
   virtual std::vector<InputKind> stability_kinds() const;
+  // The size the stability stage runs its adversarial inputs at: the smallest test size.
+  virtual SizeCase stability_size() const { return test_sizes().front(); }
   // When true, reference() fills one extra vector per output (when given one) with each
   // element's magnitude: sum |x| for a row sum, the root-sum-square of the terms for a dot
   // product. The tolerance is then atol + rtol * max(|ref|, magnitude): the rounding error of a
