@@ -193,12 +193,7 @@ CLI::App* add_kernelbench_command(CLI::App& app, KernelBenchFlags& flags, Device
   cmd->add_option("--propose", flags.propose,
                   "A loop proposer (docs/loop.md); scripted:DIR takes DIR/NAME's edits for "
                   "problem NAME. Without it, the tasks' current kernels are scored");
-  cmd->add_option("--max-reverts", flags.rules.max_consecutive_reverts,
-                  "Move on after N experiments in a row not kept (0: never)");
-  cmd->add_option("--target-speedup", flags.rules.target_speedup,
-                  "Move on once the best is this much faster than the start (0: never)");
-  cmd->add_option("--task-seconds", flags.rules.budget_seconds,
-                  "Move on after this long on one problem (0: no limit)");
+  add_move_on_options(cmd, flags.rules);
   cmd->add_option("--max-seconds", flags.max_seconds,
                   "Timing cap per kernel and experiment, and per timed function in the score");
   cmd->add_option("--json", flags.json_path, "Write the scores as JSON ('-': stdout)");

@@ -25,6 +25,21 @@
 namespace kforge {
 namespace fs = std::filesystem;
 
+void add_move_on_options(CLI::App* cmd, MoveOnRules& rules) {
+  cmd->add_option("--max-reverts", rules.max_consecutive_reverts,
+                  "Move on after this many experiments in a row not kept (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--target-speedup", rules.target_speedup,
+                  "Move on once the best is this much faster than the start (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--task-seconds", rules.budget_seconds,
+                  "Move on after this much wall time on the task in this run (0: no budget)")
+      ->capture_default_str();
+  cmd->add_option("--roofline", rules.roofline_fraction,
+                  "Move on once the best reaches this share of its roofline bound (0: never)")
+      ->capture_default_str();
+}
+
 CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device) {
   auto* cmd = app.add_subcommand(
       "loop", "Keep/revert experiments on the tasks of a workspace (docs/loop.md)");
@@ -44,18 +59,7 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
                       " (scripted:DIR, DIR's files in name order; tuner[:STRATEGY], the file's "
                       "tunables searched; llm[:CONFIG.json], an OpenAI-compatible chat model, "
                       "see docs/loop.md)");
-  cmd->add_option("--max-reverts", flags.rules.max_consecutive_reverts,
-                  "Move on after this many experiments in a row not kept (0: never)")
-      ->capture_default_str();
-  cmd->add_option("--target-speedup", flags.rules.target_speedup,
-                  "Move on once the best is this much faster than the start (0: never)")
-      ->capture_default_str();
-  cmd->add_option("--task-seconds", flags.rules.budget_seconds,
-                  "Move on after this much wall time on the task in this run (0: no budget)")
-      ->capture_default_str();
-  cmd->add_option("--roofline", flags.rules.roofline_fraction,
-                  "Move on once the best reaches this share of its roofline bound (0: never)")
-      ->capture_default_str();
+  add_move_on_options(cmd, flags.rules);
   cmd->add_option("--seconds", flags.total_seconds,
                   "With --propose and no --task: a wall-time budget for all tasks, spread by the "
                   "share of the run each could save (overrides --task-seconds)");

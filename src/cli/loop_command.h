@@ -40,6 +40,8 @@ struct LoopFlags {
 };
 
 CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device);
+// --max-reverts, --target-speedup, --task-seconds, --roofline.
+void add_move_on_options(CLI::App* cmd, MoveOnRules& rules);
 int cmd_loop(const LoopFlags& flags, const DeviceFlags& device);
 
 }  // namespace kforge
