@@ -80,8 +80,8 @@ BenchResult bench_kernel(Checker& checker, WorkerClient& worker, const KernelFil
         fmt::format("{} does not support dtype {}", file.path.string(), dtype_name(options.dtype)));
   }
   const std::string arch = options.arch.empty() ? worker.device().default_arch() : options.arch;
-  r.build = checker.build(file, file.resolve_params(options.dtype, options.params), options.dtype, arch,
-                          &options.sizes, &r.verdict);
+  r.build = checker.build(file, file.resolve_params(options.dtype, options.params), options.dtype,
+                          arch, &options.sizes, &r.verdict);
   if (r.verdict != Verdict::ok) {
     r.detail = r.build.log;
     return r;
