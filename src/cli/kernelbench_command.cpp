@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
+#include <map>
 #include <regex>
 
 #include <fmt/format.h>
@@ -15,6 +15,7 @@
 #include "core/run_info.h"
 #include "kernelbench/kernelbench_op.h"
 #include "loop/journal.h"
+#include "loop/workspace.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
@@ -60,11 +61,7 @@ std::string make_task(const fs::path& problem_file, const fs::path& workspace, b
   fs::path library;
   const std::string starter_text = problem_starter(op, cuda, &library);
   const fs::path starter = dir / fmt::format("starter{}", library.extension().string());
-  {
-    std::ofstream out(starter, std::ios::binary);
-    out << starter_text;
-    if (!out) throw Error(fmt::format("cannot write {}", starter.string()));
-  }
+  write_text_atomically(starter, starter_text);
   TaskJournal::open(dir, starter);
   const nlohmann::json task = {{"op", op.name()},
                                {"shape", op.format_shape(op.problem_sizes())},
@@ -107,13 +104,12 @@ struct Scored {
   nlohmann::json record;
 };
 
-// The task's final kernel (its repository's file) through the five stages, then timed beside
-// the problem's Model by one method.
-Scored score_task(const fs::path& workspace, const std::string& name, const DeviceFlags& device,
+// A task's final kernel (its repository's file, the loop's best) through the five stages, then
+// timed beside the problem's Model by one method.
+Scored score_task(const std::string& name, const fs::path& kernel, const DeviceFlags& device,
                   double max_seconds) {
   Scored s;
   s.eager.name = s.compile.name = name;
-  const fs::path kernel = TaskJournal::open(workspace / name).kernel_path();
   s.record = {{"problem", name}, {"kernel", kernel.string()}};
   KernelSession session(kernel.string(), device, false);
   const auto* op = dynamic_cast<const KernelBenchOp*>(&session.op);
@@ -127,12 +123,8 @@ Scored score_task(const fs::path& workspace, const std::string& name, const Devi
     fmt::print("{}: final kernel {}: {}\n", name, verdict_name(report.verdict), report.detail);
     return s;
   }
-  Verdict verdict = Verdict::ok;
-  const CompileResult build = session.checker.build(
-      session.file, session.file.resolve_params(op->problem_dtype()), op->problem_dtype(),
-      session.worker.device().default_arch(), &op->problem_sizes(), &verdict);
-  if (verdict != Verdict::ok) throw Error(fmt::format("{}: {}", name, build.log));
-  const ProblemTiming t = op->time(build.module, max_seconds);
+  // The module the five stages ran (one dtype: the problem's).
+  const ProblemTiming t = op->time(report.builds.front().module, max_seconds);
   if (!t.agrees_after_timing) {
     s.record["check"] = "WRONG";
     s.record["check_detail"] =
@@ -229,10 +221,13 @@ int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
 
   std::vector<ProblemScore> eager, compiled;
   nlohmann::json problems = nlohmann::json::array();
+  std::map<std::string, fs::path> kernels;
+  for (const TaskBest& best : workspace_bests(workspace))
+    kernels[best.name] = best.kernel;
   for (const std::string& name : names) {
     Scored s;
     try {
-      s = score_task(workspace, name, device, flags.max_seconds);
+      s = score_task(name, kernels.at(name), device, flags.max_seconds);
     } catch (const std::exception& e) {
       // A problem kforge could not check or time counts as not solved; the others go on.
       s.eager.name = s.compile.name = name;

@@ -19,17 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // The figures are drawn by matplotlib (Debian's python3-matplotlib, which scripts/setup
-// installs): $KFORGE_PYTHON if set, else the first of python3 on PATH and the system's
-// /usr/bin/python3 that can import it (a PATH python from a version manager may lack it).
+// installs).
 std::string python_with_matplotlib() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("KFORGE_PYTHON")) candidates.push_back(env);
-  candidates.insert(candidates.end(), {"python3", "/usr/bin/python3"});
-  for (const auto& python : candidates) {
-    if (run_command({python, "-c", "import matplotlib"}, std::chrono::seconds(60)).ok()) {
-      return python;
-    }
-  }
+  if (const auto python = find_python_with("matplotlib")) return *python;
   throw UsageError(
       "kforge report draws its figures with matplotlib, and no Python here has it: run "
       "scripts/setup (it installs python3-matplotlib) or set KFORGE_PYTHON to a python3 that "

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -419,6 +420,25 @@ std::optional<std::string> find_on_path(const std::string& name) {
     if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
   }
   return std::nullopt;
+}
+
+std::optional<std::string> find_python_with(const std::string& module) {
+  static std::mutex mutex;
+  static std::map<std::string, std::optional<std::string>> found;
+  const std::lock_guard lock(mutex);
+  if (const auto it = found.find(module); it != found.end()) return it->second;
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("KFORGE_PYTHON"); env && *env) candidates.push_back(env);
+  if (const auto on_path = find_on_path("python3")) candidates.push_back(*on_path);
+  candidates.push_back("/usr/bin/python3");
+  std::optional<std::string>& answer = found[module];
+  for (const auto& python : candidates) {
+    if (run_command({python, "-c", "import " + module}, std::chrono::seconds(60)).ok()) {
+      answer = python.find('/') == std::string::npos ? find_on_path(python) : python;
+      if (answer) break;
+    }
+  }
+  return answer;
 }
 
 }  // namespace kforge

@@ -21,6 +21,10 @@ struct CommandResult {
 
 // The first executable `name` in the folders of $PATH; nullopt when there is none.
 std::optional<std::string> find_on_path(const std::string& name);
+// A python3 that can import `module`, as a path: $KFORGE_PYTHON if set, else the first of
+// python3 on PATH and the system's /usr/bin/python3 that can (a PATH python from a version
+// manager may lack a Debian package); nullopt when none can. Asked once per module.
+std::optional<std::string> find_python_with(const std::string& module);
 
 // Runs argv[0] (searched on PATH) and waits for it, killing its whole group after `timeout`.
 CommandResult run_command(const std::vector<std::string>& argv,

@@ -344,14 +344,10 @@ void add_kernelbench_folder(const fs::path& folder) {
 }
 
 std::string kernelbench_python() {
-  const char* env = std::getenv("KFORGE_PYTHON");
-  const std::string name = env && *env ? env : "python3";
-  if (name.find('/') != std::string::npos) return name;
-  if (const auto found = find_on_path(name)) return *found;
+  if (const auto python = find_python_with("torch")) return *python;
   throw UsageError(
-      fmt::format("KernelBench problems run in Python: no {} on PATH (set "
-                  "KFORGE_PYTHON to a python3 that imports torch)",
-                  name));
+      "KernelBench problems run in Python with PyTorch, and no python3 here imports torch: set "
+      "KFORGE_PYTHON to one that does");
 }
 
 double fast_p(const std::vector<ProblemScore>& scores, double p) {

@@ -122,7 +122,7 @@ void install_kernelbench_resolver();
 // Prepends `folder` to $KFORGE_KERNELBENCH_PROBLEMS (for this process and its children).
 void add_kernelbench_folder(const std::filesystem::path& folder);
 
-// The python3 that runs problems: $KFORGE_PYTHON, else python3.
+// The python3 that runs problems: one that imports torch (find_python_with).
 std::string kernelbench_python();
 
 // KernelBench's score: fast_p is the share of problems whose final kernel passed every stage

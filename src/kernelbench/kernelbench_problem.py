@@ -30,11 +30,11 @@ Every reply is {"ok": true, ...} or {"ok": false, "error": "..."}.
 """
 import argparse
 import copy
-import ctypes
 import importlib.util
+import inspect
 import json
-import math
 import os
+import pathlib
 import statistics
 import sys
 import time
@@ -42,10 +42,12 @@ import traceback
 
 import torch
 
+# The ABI mirror and the timer bench/peers uses: one method for kforge, eager and compile.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+from kforge_call import Timer, bind_entry  # noqa: E402
+
 DTYPE_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32",
                torch.float64: "f64", torch.int32: "i32", torch.int64: "i64"}
-KF_DTYPES = {"f16": 0, "bf16": 1, "f32": 2, "f64": 3, "i32": 4, "i64": 5}
-KF_MAX_DIMS = 6
 
 
 def load_problem(path):
@@ -143,7 +145,9 @@ class Problem:
                    torch.zeros_like(e) for e in expected]
         cuda = self.device == "cuda"
         stream = torch.cuda.current_stream().cuda_stream if cuda else None
-        kernel = bind_kernel(module, entry, tensors, outputs, stream, scalars, abi_version)
+        kernel = bind_entry(module, entry, tensors, outputs,
+                            [dtype_name(t.dtype) for t in tensors + outputs], stream, scalars,
+                            abi_version)
         # Redrawn at each tensor's own scale (a weight drawn at 1/sqrt(fan_in) stays so).
         floating = [(t, float(t.float().std()) if t.numel() > 1 else 1.0)
                     for t in tensors if t.is_floating_point()]
@@ -152,7 +156,9 @@ class Problem:
             with torch.no_grad():
                 for t, scale in floating:
                     t.normal_(0.0, scale or 1.0)
-        timer = Timer(max_seconds, redraw) if cuda else HostTimer(max_seconds, redraw)
+        timer = (Timer(torch, torch.cuda.get_device_properties(0).L2_cache_size,
+                       max_seconds=max_seconds, redraw=redraw)
+                 if cuda else HostTimer(max_seconds, redraw))
         with torch.no_grad():
             eager = timer.time_us(lambda: model(*inputs))
             torch._dynamo.reset()
@@ -175,14 +181,14 @@ class Problem:
             worst = max(worst, float(excess.max()) if excess.numel() else 0.0)
             if torch.isnan(o).any():
                 worst = float("inf")
-        return {"kforge": kforge_time, "eager": eager, "compile": compile_time,
+        return {"kforge": kforge_time["median_us"], "eager": eager["median_us"],
+                "compile": compile_time["median_us"],
                 "agrees_after_timing": worst <= 0, "excess_over_tolerance": worst,
                 "device": torch.cuda.get_device_name() if cuda else "cpu",
                 "torch": torch.__version__}
 
 
 def forward_argument_names(model, count):
-    import inspect
     try:
         names = [p for p in inspect.signature(model.forward).parameters][:count]
     except (TypeError, ValueError):
@@ -208,77 +214,8 @@ def write_raw(tensor, path):
     tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tofile(path)
 
 
-class KfTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32),
-                ("shape", ctypes.c_int64 * KF_MAX_DIMS), ("stride", ctypes.c_int64 * KF_MAX_DIMS)]
-
-
-class KfArgs(ctypes.Structure):
-    _fields_ = [("abi_version", ctypes.c_int32), ("num_inputs", ctypes.c_int32),
-                ("inputs", ctypes.POINTER(KfTensor)), ("num_outputs", ctypes.c_int32),
-                ("outputs", ctypes.POINTER(KfTensor)), ("num_scalars", ctypes.c_int32),
-                ("scalars", ctypes.POINTER(ctypes.c_double)), ("stream", ctypes.c_void_p)]
-
-
-def bind_kernel(module, entry, inputs, outputs, stream, scalars=(), abi_version=1):
-    """A no-argument callable that runs the kernel module's entry on these tensors."""
-    def kf(t):
-        k = KfTensor(t.data_ptr(), KF_DTYPES[dtype_name(t.dtype)], t.dim())
-        for i in range(t.dim()):
-            k.shape[i], k.stride[i] = t.shape[i], t.stride(i)
-        return k
-    fn = getattr(ctypes.CDLL(module), entry)
-    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.POINTER(KfArgs)]
-    ins = (KfTensor * len(inputs))(*map(kf, inputs))
-    outs = (KfTensor * len(outputs))(*map(kf, outputs))
-    sc = (ctypes.c_double * max(1, len(scalars)))(*scalars)
-    args = KfArgs(abi_version, len(inputs), ins, len(outputs), outs, len(scalars), sc,
-                  ctypes.c_void_p(stream))
-
-    def launch():
-        status = fn(ctypes.byref(args))
-        if status != 0:
-            raise RuntimeError(f"kforge_run returned {status}")
-    launch.keep = (ins, outs, sc, args, inputs, outputs)
-    return launch
-
-
-class Timer:
-    """Median of event-timed single calls, each on fresh values (`redraw`), after the L2 cache
-    was flushed (a buffer twice its size written) and with the GPU kept busy while the host
-    issues the call, as bench/peers times: host overhead stays outside the timed region."""
-
-    def __init__(self, max_seconds, redraw, min_samples=20, max_samples=2000):
-        l2 = torch.cuda.get_device_properties(0).L2_cache_size
-        self.flush = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-        self.max_seconds, self.min_samples, self.max_samples = max_seconds, min_samples, max_samples
-        self.redraw = redraw
-
-    def time_us(self, fn):
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        samples, start_wall = [], time.perf_counter()
-        while len(samples) < self.max_samples:
-            self.redraw()
-            self.flush.zero_()
-            torch.cuda._sleep(200_000)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3)
-            if len(samples) >= self.min_samples and len(samples) % 10 == 0:
-                median = statistics.median(samples)
-                stderr = 1.2533 * statistics.pstdev(samples) / math.sqrt(len(samples))
-                if stderr <= 0.002 * median or time.perf_counter() - start_wall > self.max_seconds:
-                    break
-        return statistics.median(samples)
-
-
 class HostTimer:
-    """CPU problems: the median of wall-clock times of single calls."""
+    """CPU problems: the median of wall-clock times of single calls, each on fresh values."""
 
     def __init__(self, max_seconds, redraw, min_samples=5):
         self.max_seconds, self.min_samples, self.redraw = max_seconds, min_samples, redraw
@@ -293,7 +230,7 @@ class HostTimer:
             samples.append((time.perf_counter() - start) * 1e6)
             if len(samples) >= 1000:
                 break
-        return statistics.median(samples)
+        return {"median_us": statistics.median(samples)}
 
 
 def synchronize(device):

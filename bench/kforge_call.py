@@ -1,0 +1,109 @@
+"""Calling a kforge kernel module from Python, and timing it beside PyTorch by one method.
+
+The kernel ABI (include/kforge/kernel.h) mirrored with ctypes, and the timer every Python-side
+comparison uses: bench/peers, and the KernelBench scoring (src/kernelbench/kernelbench_problem.py).
+"""
+import ctypes
+import math
+import statistics
+import time
+
+KF_MAX_DIMS = 6
+KF_DTYPES = {"f16": 0, "bf16": 1, "f32": 2, "f64": 3, "i32": 4, "i64": 5}
+
+
+class KfTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * KF_MAX_DIMS), ("stride", ctypes.c_int64 * KF_MAX_DIMS)]
+
+
+class KfArgs(ctypes.Structure):
+    _fields_ = [("abi_version", ctypes.c_int32), ("num_inputs", ctypes.c_int32),
+                ("inputs", ctypes.POINTER(KfTensor)), ("num_outputs", ctypes.c_int32),
+                ("outputs", ctypes.POINTER(KfTensor)), ("num_scalars", ctypes.c_int32),
+                ("scalars", ctypes.POINTER(ctypes.c_double)), ("stream", ctypes.c_void_p)]
+
+
+def kf_tensor(t, dtype_name):
+    assert t.is_contiguous()
+    k = KfTensor()
+    k.data = t.data_ptr()
+    k.dtype = KF_DTYPES[dtype_name]
+    k.ndim = t.dim()
+    for i in range(t.dim()):
+        k.shape[i] = t.shape[i]
+        k.stride[i] = t.stride(i)
+    return k
+
+
+def bind_entry(module_path, entry, inputs, outputs, dtype_names, stream, scalars=(),
+               abi_version=1, what="the kernel"):
+    """A no-argument callable that runs the module's entry point on these tensors (each with
+    its kforge dtype name, inputs then outputs); the ABI structures live as long as it does."""
+    fn = getattr(ctypes.CDLL(str(module_path)), entry)
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.POINTER(KfArgs)]
+    ins = (KfTensor * len(inputs))(*[kf_tensor(t, d) for t, d in zip(inputs, dtype_names)])
+    outs = (KfTensor * len(outputs))(
+        *[kf_tensor(t, d) for t, d in zip(outputs, dtype_names[len(inputs):])])
+    values = (ctypes.c_double * max(1, len(scalars)))(*scalars)
+    args = KfArgs(abi_version, len(inputs), ins, len(outputs), outs, len(scalars), values,
+                  ctypes.c_void_p(stream))
+
+    def launch():
+        status = fn(ctypes.byref(args))
+        if status != 0:
+            raise RuntimeError(f"kforge_run returned {status} for {what}")
+    launch.keep = (ins, outs, values, args, inputs, outputs)
+    return launch
+
+
+class Timer:
+    """Median of event-timed single calls, each after the L2 cache was flushed by writing a
+    buffer twice its size. Samples until the median's standard error is under `target_stderr`
+    (relative) or `max_seconds` of sampling, with at least `min_samples`. With `redraw`, every
+    call runs on fresh values: redraw() refills the inputs before the flush, outside the timed
+    region."""
+
+    def __init__(self, torch, l2_bytes, min_samples=20, max_samples=2000, max_seconds=1.0,
+                 target_stderr=0.002, redraw=None):
+        self.torch = torch
+        self.flush_buffer = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
+        self.min_samples, self.max_samples = min_samples, max_samples
+        self.max_seconds, self.target_stderr = max_seconds, target_stderr
+        self.redraw = redraw
+        # ~100 us of spinning at the H200's 1.98 GHz.
+        self.spin_cycles = 200_000
+
+    def time_us(self, fn):
+        torch = self.torch
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        samples = []
+        start_wall = time.perf_counter()
+        while len(samples) < self.max_samples:
+            if self.redraw:
+                self.redraw()
+            self.flush_buffer.zero_()
+            # Keep the GPU busy while the host issues the call, so that the timed region holds
+            # GPU work only: without it, a call whose host side (Python wrapper, guards,
+            # launch) outlasts the flush leaves the GPU idle inside the region.
+            torch.cuda._sleep(self.spin_cycles)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3)
+            if len(samples) >= self.min_samples and len(samples) % 10 == 0:
+                median = statistics.median(samples)
+                # Standard error of the median ~ 1.2533 * sd / sqrt(n) for near-normal samples.
+                stderr = 1.2533 * statistics.pstdev(samples) / math.sqrt(len(samples))
+                if stderr <= self.target_stderr * median:
+                    break
+                if time.perf_counter() - start_wall > self.max_seconds:
+                    break
+        samples.sort()
+        n = len(samples)
+        return {"median_us": statistics.median(samples), "p10_us": samples[n // 10],
+                "p90_us": samples[(9 * n) // 10], "samples": n}
