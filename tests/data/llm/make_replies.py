@@ -60,7 +60,7 @@ replies = [
     whole_file("fold the epsilon into the scale", starter.replace("acc_t(1) /", "acc_t(1.01) /")),
     whole_file("reuse the previous answer for repeated calls", cheat),
     {"raw": '{"id": "chatcmpl-test", "note": "key {auth}", "choices": [{"message": {"content": '},
-    {"delay": 3, "repeat": 2, "body": {"error": {"message": "too late"}}},
+    {"delay": 6, "repeat": 2, "body": {"error": {"message": "too late"}}},
     {"status": 429, "headers": {"Retry-After": "0"},
      "body": {"error": {"message": "Rate limit reached", "type": "rate_limit"}}},
     whole_file("reword a comment", start.replace("// RMSNorm on the CPU", "// RMSNorm (CPU)")),
