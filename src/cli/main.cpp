@@ -391,6 +391,7 @@ int main(int argc, char** argv) {
   worker->add_option("--device", worker_flags.device);
   worker->add_option("--channel", worker_flags.channel)->required();
   worker->add_option("--parent", worker_flags.parent)->required();
+  worker->add_option("--cpu-core", worker_flags.cpu_core);
 
   try {
     app.parse(argc, argv);

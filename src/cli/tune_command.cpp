@@ -332,6 +332,9 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   tune->add_option("--lookahead", flags.lookahead, "Proposals in flight (compiling ahead)")
       ->capture_default_str();
   tune->add_option("--jobs", flags.jobs, "Parallel compiles (default: one per CPU core)");
+  tune->add_option("--devices", flags.devices,
+                   "Devices to evaluate on, one worker each: indices (0,1,3) or 'all' (every GPU; "
+                   "with --backend cpu, CPU slots pinned to cores). Default: --device alone");
   tune->add_option("--arch", flags.arch, "GPU architecture, e.g. sm_90a");
   tune->add_option("--db", flags.db,
                    "Results database (default: $KFORGE_RESULTS_DB or "
@@ -487,6 +490,8 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
   if (!flags.adopt.empty() && flags.strategy != "local" && flags.strategy != "given")
     throw UsageError("--adopt evaluates the adopted rows only: it takes no --strategy");
   const DType dtype = parse_dtypes({flags.dtype}).front();
+  if (!flags.devices.empty() && device.device != 0)
+    throw UsageError("--devices names every device to use; it does not combine with --device");
 
   TuneOptions options;
   options.strategy = flags.adopt.empty() ? flags.strategy : "given";
@@ -499,9 +504,8 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
   options.final_check = !flags.no_final_check;
   options.use_database = !flags.fresh;
 
-  std::unique_ptr<WorkerClient> worker;
   std::unique_ptr<Compiler> compiler;
-  std::unique_ptr<Checker> checker;
+  std::unique_ptr<DevicePool> devices;
   std::optional<Ceilings> ceilings;
   std::string replay_device;
   // The backend: the kernel file's, the recorded device's for a replay, or the flags'.
@@ -514,21 +518,26 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
     const TuneProblem first{ops.front(), first_sizes, dtype};
     replay_device = flags.replay_device;
     if (replay_device.empty()) {
-      const auto devices = db.devices_for(first.key());
-      if (devices.empty()) {
+      const auto recorded = db.devices_for(first.key());
+      if (recorded.empty()) {
         throw UsageError(
             fmt::format("nothing recorded for {} in {}", first.key(), db.path().string()));
       }
-      replay_device = devices.front();
+      replay_device = recorded.front();
     }
     if (backend.empty()) backend = replay_device.rfind("cpu:", 0) == 0 ? "cpu" : "cuda";
   } else {
     backend = pick_backend(device, single ? &*single : nullptr);
-    worker = std::make_unique<WorkerClient>(WorkerOptions{backend, device.device});
     compiler = std::make_unique<Compiler>();
-    checker = std::make_unique<Checker>(*compiler, *worker);
-    progress_line(fmt::format("kforge tune {} on {}", flags.target, device_line(worker->device())));
-    ceilings = device_ceilings(*worker, default_cache_dir(), false, progress_line);
+    const std::vector<int> indices = flags.devices.empty()
+                                         ? std::vector<int>{device.device}
+                                         : parse_device_list(flags.devices, backend);
+    devices = std::make_unique<DevicePool>(backend, indices, *compiler);
+    progress_line(fmt::format("kforge tune {} on {}{}", flags.target,
+                              device_line(devices->device()),
+                              indices.size() > 1 ? fmt::format(" x {}", indices.size()) : ""));
+    ceilings =
+        device_ceilings(*devices->first_live().worker, default_cache_dir(), false, progress_line);
     options.ceilings = &*ceilings;
   }
 
@@ -573,7 +582,7 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
     tunes.push_back(std::move(t));
   }
 
-  Tuner tuner(db, compiler.get(), checker.get(), worker.get());
+  Tuner tuner(db, compiler.get(), devices.get());
   nlohmann::json reports = nlohmann::json::array();
   bool all_found = true;
   int failed_checks = 0;
@@ -585,7 +594,7 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
       file_ptrs.push_back(&f);
     nlohmann::json table = nlohmann::json::array();
     const std::vector<StartTable> tables =
-        start_tables(flags, op, dtype, worker ? &worker->device() : nullptr);
+        start_tables(flags, op, dtype, devices ? &devices->device() : nullptr);
     const std::string adopted_device =
         flags.adopt.empty() ? std::string() : tables.front().table.value("device", "?");
     for (const Sizes& sizes : t.problems) {
@@ -622,7 +631,7 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
       j["files"] = nlohmann::json::array();
       for (const auto& f : t.files)
         j["files"].push_back(f.path.string());
-      if (worker) j["device_info"] = worker->device();
+      if (devices) j["device_info"] = devices->device();
       if (ceilings) j["ceilings"] = ceilings->raw.at("ceilings");
       j["run"] = run_metadata(argv);
       reports.push_back(j);
@@ -648,7 +657,7 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
     }
 
     if (all_sizes || flags.update_table) {
-      const std::string device_name = flags.replay ? replay_device : device_key(worker->device());
+      const std::string device_name = flags.replay ? replay_device : device_key(devices->device());
       const fs::path path = flags.table_path.empty()
                                 ? tuned_table_path(std::string(op.name()), dtype, device_name)
                                 : fs::path(flags.table_path);

@@ -24,6 +24,7 @@ struct TuneFlags {
   uint64_t seed = 0;
   size_t lookahead = 16;
   unsigned jobs = 0;
+  std::string devices;  // "0,1" or "all": one worker per device; empty: --device alone
   std::string arch;
   std::string db;
   bool replay = false;

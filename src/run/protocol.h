@@ -69,6 +69,7 @@ struct WorkerFlags {
   int device = 0;
   std::string channel;   // "IN,OUT"
   long long parent = 0;  // kforge's pid
+  int cpu_core = -1;     // >= 0: the worker runs on this core only (a CPU backend slot)
 };
 
 // Entry point of `kforge __worker`. Returns the process exit code.

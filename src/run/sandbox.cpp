@@ -10,10 +10,12 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -144,6 +146,17 @@ void limit_worker_process(pid_t kforge_pid, long long max_file_bytes) {
   setrlimit(RLIMIT_FSIZE, &file_size);
   // Past the limit, writes fail with EFBIG instead of killing the worker.
   std::signal(SIGXFSZ, SIG_IGN);
+}
+
+void pin_to_core(int core) {
+  const int cores = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core % cores, &set);
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    std::fprintf(stderr, "kforge worker: cannot pin to core %d: %s\n", core % cores,
+                 std::strerror(errno));
+  }
 }
 
 std::string forbid_new_processes() {

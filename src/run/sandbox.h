@@ -15,6 +15,10 @@ namespace kforge {
 // candidate prints lands in a log file).
 void limit_worker_process(pid_t kforge_pid, long long max_file_bytes);
 
+// Runs this process (and the threads it starts) on CPU core `core` (modulo the cores there are)
+// only. A failure is logged, not fatal: an unpinned slot is noisier, not wrong.
+void pin_to_core(int core);
+
 // Installs a seccomp filter: fork, vfork, execve and clone without CLONE_THREAD fail with
 // EPERM (threads are still allowed), clone3 with ENOSYS (glibc then falls back to clone);
 // kill, tgkill and tkill may reach only this process; ptrace, process_vm_readv/writev and

@@ -329,6 +329,7 @@ int run_worker(const WorkerFlags& flags) {
     return 2;
   }
   limit_worker_process(static_cast<pid_t>(flags.parent), kMaxLogBytes);
+  if (flags.cpu_core >= 0) pin_to_core(flags.cpu_core);
   // Load every kernel of a module when the module is loaded, not at its first launch: loading
   // a kernel while a candidate's own kernel still runs can wait for that kernel forever, and
   // the wait would hide what the candidate left running.

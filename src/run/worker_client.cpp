@@ -92,6 +92,10 @@ void WorkerClient::ensure_started() {
         std::string("--parent"), std::to_string(getpid())}) {
     argv.push_back(a);
   }
+  if (options_.cpu_core >= 0) {
+    argv.push_back("--cpu-core");
+    argv.push_back(std::to_string(options_.cpu_core));
+  }
   child_ = std::make_unique<ChildProcess>(argv, log_path_.string());
   const WorkerReply hello = request({{"op", "hello"}}, options_.start_timeout);
   if (!hello.ok()) {

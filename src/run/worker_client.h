@@ -29,6 +29,9 @@ struct WorkerOptions {
   std::chrono::milliseconds start_timeout = std::chrono::seconds(60);
   // Runs the worker under this command (e.g. compute-sanitizer and its flags).
   std::vector<std::string> launcher;
+  // >= 0: the worker runs on this CPU core only, so that CPU slots timed side by side do not
+  // share a core (see pool/device_pool.h).
+  int cpu_core = -1;
 };
 
 struct WorkerReply {

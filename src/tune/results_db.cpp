@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
   recorded_at TEXT NOT NULL,
   git_sha TEXT NOT NULL,
   method TEXT NOT NULL DEFAULT '',
+  ran_on TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (variant_key, problem, device)
 );
 CREATE TABLE IF NOT EXISTS devices (
@@ -63,7 +64,8 @@ CREATE TABLE IF NOT EXISTS tunes (
 constexpr const char* kColumns =
     "variant_key, problem, device, file, variant, params, verdict, stage, detail, registers, "
     "static_shared_bytes, spill_bytes, occupancy, samples, median_ms, mean_ms, min_ms, max_ms, "
-    "p10_ms, p90_ms, rel_noise, rel_stderr, compile_seconds, seed, recorded_at, git_sha, method";
+    "p10_ms, p90_ms, rel_noise, rel_stderr, compile_seconds, seed, recorded_at, git_sha, method, "
+    "ran_on";
 
 // A prepared statement, finalized on scope exit. add() binds the next parameter.
 class Statement {
@@ -144,6 +146,7 @@ EvaluationRecord read_record(const Statement& s) {
   r.recorded_at = s.text(c++);
   r.git_sha = s.text(c++);
   r.method = s.text(c++);
+  r.ran_on = s.text(c++);
   return r;
 }
 
@@ -177,11 +180,17 @@ ResultsDb::ResultsDb(const std::filesystem::path& path) : path_(path) {
   exec("PRAGMA journal_mode=WAL");
   exec("PRAGMA synchronous=NORMAL");
   exec(kSchema);
-  // Databases written before evaluations named their timing method get the column (empty).
-  char* message = nullptr;
-  sqlite3_exec(db_, "ALTER TABLE evaluations ADD COLUMN method TEXT NOT NULL DEFAULT ''", nullptr,
-               nullptr, &message);
-  sqlite3_free(message);  // "duplicate column" when it is there already
+  // Databases written before evaluations named their timing method, or the device they ran on,
+  // get the columns (empty).
+  for (const char* column : {"method", "ran_on"}) {
+    char* message = nullptr;
+    sqlite3_exec(
+        db_,
+        fmt::format("ALTER TABLE evaluations ADD COLUMN {} TEXT NOT NULL DEFAULT ''", column)
+            .c_str(),
+        nullptr, nullptr, &message);
+    sqlite3_free(message);  // "duplicate column" when it is there already
+  }
 }
 
 ResultsDb::~ResultsDb() {
@@ -211,7 +220,7 @@ std::optional<EvaluationRecord> ResultsDb::find(const std::string& variant_key,
 void ResultsDb::put(const EvaluationRecord& r) {
   Statement s(db_, fmt::format("INSERT OR REPLACE INTO evaluations ({}) VALUES ({})", kColumns,
                                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                               "?, ?, ?, ?, ?"));
+                               "?, ?, ?, ?, ?, ?"));
   s.add(r.variant_key).add(r.problem).add(r.device).add(r.file).add(r.variant);
   s.add(r.params.dump()).add(std::string(verdict_name(r.verdict))).add(r.stage).add(r.detail);
   s.add(static_cast<long long>(r.registers)).add(r.static_shared_bytes).add(r.spill_bytes);
@@ -221,7 +230,7 @@ void ResultsDb::put(const EvaluationRecord& r) {
   s.add(static_cast<long long>(r.seed));
   s.add(r.recorded_at.empty() ? utc_timestamp() : r.recorded_at);
   s.add(r.git_sha.empty() ? git_state().sha : r.git_sha);
-  s.add(r.method);
+  s.add(r.method).add(r.ran_on);
   s.step();  // autocommit: durable once this returns
 }
 

@@ -44,6 +44,9 @@ struct EvaluationRecord {
   // The timing method the evaluation was made with (kMeasurementMethod); a live tune evaluates
   // again what another method recorded. Empty for records from before methods were named.
   std::string method;
+  // The device (DeviceLane::name) the evaluation ran on, when several were in use; records
+  // with one device key may come from several GPUs of that model.
+  std::string ran_on;
 
   bool timed() const { return verdict == Verdict::ok && stats.count > 0; }
   // What strategies minimize: the median time, or +infinity for anything not timed.

@@ -5,6 +5,11 @@
 // device, one at a time: resources judged (post_compile_rejection), a smoke run, a correctness
 // gate at the tuned problem, then timing with a cold L2. Results come back to the strategy in
 // proposal order, and every evaluation is committed to the database before the next starts.
+// With several devices (a DevicePool of lanes) each lane evaluates the next compiled point as
+// soon as it is free; results still reach the strategy in proposal order, so the search is the
+// same on one lane or eight. Lanes' timings rank together only when a calibration run (one
+// variant timed on every lane at once) shows that they agree; otherwise the best few are timed
+// again on one lane and the winner is picked from those timings alone.
 // The winner then passes all five stages of the checker (in the tuned dtype) before it is
 // reported; a winner that fails is recorded and the next best is checked.
 //
@@ -23,6 +28,7 @@
 #include "check/checker.h"
 #include "device/ceilings.h"
 #include "ops/op_spec.h"
+#include "pool/device_pool.h"
 #include "run/protocol.h"
 #include "tune/results_db.h"
 #include "tune/space.h"
@@ -103,6 +109,13 @@ struct TuneReport {
   double wall_seconds = 0;
   std::string final_check;  // "PASS", "FAIL: ..." or "" when not run
   size_t missing_in_replay = 0;
+  // Several devices: each lane's evaluations and whether it was lost; the calibration (lanes'
+  // times of one variant and whether they agree); evaluations run again because their worker
+  // ended; the evaluations timed again on one lane when the lanes disagreed.
+  nlohmann::json lanes = nlohmann::json::array();
+  nlohmann::json calibration;
+  size_t retried = 0;
+  size_t retimed = 0;
 
   // Variants per second while compiling (achieved: limited by how far ahead the device lets
   // compiles run), and what the pool could sustain: jobs / mean seconds per compile.
@@ -129,9 +142,9 @@ Bindings tune_context(const DeviceInfo& device, const TuneProblem& problem);
 
 class Tuner {
  public:
-  // `checker`, `worker` and `compiler` are used for live tunes; a replay needs only `db`.
-  Tuner(ResultsDb& db, const Compiler* compiler, Checker* checker, WorkerClient* worker)
-      : db_(db), compiler_(compiler), checker_(checker), worker_(worker) {}
+  // `compiler` and `devices` are used for live tunes; a replay needs only `db`.
+  Tuner(ResultsDb& db, const Compiler* compiler, DevicePool* devices)
+      : db_(db), compiler_(compiler), devices_(devices) {}
 
   TuneReport tune(const std::vector<const KernelFile*>& files, const TuneProblem& problem,
                   const TuneOptions& options, const TuneProgressFn& progress = {},
@@ -146,8 +159,7 @@ class Tuner {
  private:
   ResultsDb& db_;
   const Compiler* compiler_;
-  Checker* checker_;
-  WorkerClient* worker_;
+  DevicePool* devices_;
 };
 
 }  // namespace kforge

@@ -315,7 +315,7 @@ class Replay : public ::testing::Test {
     o.seed = seed;
     o.max_evaluations = budget;
     o.starts = starts;
-    Tuner tuner(*db_, nullptr, nullptr, nullptr);
+    Tuner tuner(*db_, nullptr, nullptr);
     return tuner.replay({&recorded_.file}, recorded_.problem, device_key(recorded_.device), o);
   }
   static double best_ms(const TuneReport& r) {
@@ -458,7 +458,7 @@ TEST_F(Replay, StopsAtTheTimeBudget) {
   TuneOptions o;
   o.strategy = "exhaustive";
   o.max_seconds = 1e-9;  // spent before the first proposal
-  Tuner tuner(*db_, nullptr, nullptr, nullptr);
+  Tuner tuner(*db_, nullptr, nullptr);
   const TuneReport r =
       tuner.replay({&recorded_.file}, recorded_.problem, device_key(recorded_.device), o);
   EXPECT_EQ(r.stop_reason, "time budget (1e-09 s)");
@@ -470,7 +470,7 @@ TEST_F(Replay, UnrecordedVariantsAreCountedNotInvented) {
   KernelFile wider = kernel(std::string(kTemplate) + " * param: EXTRA = 0 in {0, 1}\n");
   TuneOptions o;
   o.strategy = "exhaustive";
-  Tuner tuner(*db_, nullptr, nullptr, nullptr);
+  Tuner tuner(*db_, nullptr, nullptr);
   const TuneReport r = tuner.replay({&wider}, recorded_.problem, device_key(recorded_.device), o);
   EXPECT_EQ(r.missing_in_replay, r.evaluations.size());
   EXPECT_FALSE(r.best.has_value());
@@ -492,7 +492,7 @@ class RecordedH200 : public ::testing::Test {
     TuneOptions o;
     o.strategy = strategy;
     o.max_fraction = fraction;
-    Tuner tuner(*db_, nullptr, nullptr, nullptr);
+    Tuner tuner(*db_, nullptr, nullptr);
     return tuner.replay({&*file_}, problem_, "NVIDIA H200 (cc 9.0)", o);
   }
   static double best_ms(const TuneReport& r) {
