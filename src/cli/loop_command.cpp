@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -21,6 +24,7 @@
 #include "loop/journal.h"
 #include "loop/workspace.h"
 #include "ops/op_spec.h"
+#include "pool/device_pool.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
@@ -72,6 +76,10 @@ CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device)
   cmd->add_flag("--status", flags.status,
                 "Only show the workspace's state: read only, safe beside a running loop (which "
                 "task is under way, each task's last experiment)");
+  cmd->add_option("--devices", flags.devices,
+                  "With --propose: devices to run tasks on side by side, one task per device at "
+                  "a time (indices 0,1,3 or 'all'; with --backend cpu, CPU slots pinned to "
+                  "cores). Each experiment is timed on one device against the best timed there");
   cmd->add_option("--json", flags.json_path, "Write the workspace's state as JSON ('-': stdout)");
   add_device_flags(cmd, device);
   return cmd;
@@ -226,6 +234,41 @@ int print_status(const LoopFlags& flags, const std::vector<fs::path>& dirs) {
   return 0;
 }
 
+// Runs `work_on` for every task of `order` on the lanes of `devices`, side by side: each lane
+// takes the next task when it is free, with its own proposer made from `spec`. The first error
+// stops the other lanes after their current task and is thrown here.
+void run_tasks_on_lanes(DevicePool& devices, const std::vector<Task*>& order,
+                        const std::string& spec,
+                        const std::function<void(DeviceLane&, Proposer&, Task&)>& work_on) {
+  std::mutex mutex;
+  size_t next_task = 0;
+  std::exception_ptr error;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    threads.emplace_back([&, lane = &devices.lane(i)] {
+      try {
+        const std::unique_ptr<Proposer> proposer = make_proposer(spec);
+        for (;;) {
+          Task* task = nullptr;
+          {
+            const std::lock_guard lock(mutex);
+            if (error || next_task == order.size()) return;
+            task = order[next_task++];
+          }
+          progress_line(fmt::format("[{}] on {}", task->dir.filename().string(), lane->name));
+          work_on(*lane, *proposer, *task);
+        }
+      } catch (...) {
+        const std::lock_guard lock(mutex);
+        if (!error) error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads)
+    t.join();
+  if (error) std::rethrow_exception(error);
+}
+
 }  // namespace
 
 int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
@@ -275,13 +318,17 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   if (!flags.submit.empty() || proposer ||
       std::any_of(tasks.begin(), tasks.end(),
                   [](const Task& t) { return t.journal.interrupted().has_value(); })) {
-    WorkerClient worker({backend, device.device});
     Compiler compiler;
-    Checker checker(compiler, worker);
-    const Ceilings ceilings = device_ceilings(worker, default_cache_dir(), false, progress_line);
-    const DeviceInfo device_info = worker.device();
+    const std::vector<int> indices = flags.devices.empty()
+                                         ? std::vector<int>{device.device}
+                                         : parse_device_list(flags.devices, backend);
+    DevicePool devices(backend, indices, compiler);
+    const Ceilings ceilings =
+        device_ceilings(*devices.lane(0).worker, default_cache_dir(), false, progress_line);
+    const DeviceInfo device_info = devices.device();
     EvaluationOptions options;
     options.settings.max_seconds = flags.max_seconds;
+    std::mutex print_mutex;  // lanes print whole lines
     // Logs the pending experiment's outcome with the proposer's fields, and a line for it.
     const auto finish = [&](Task& t, ExperimentRecord r, const std::string& note,
                             const std::string& proposed_by, const nlohmann::json& fields) {
@@ -295,6 +342,7 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
         start = r.fields.value("best", nlohmann::json::object()).value("median_us", 0.0);
       if (r.time_us > 0 && start > 0) r.speedup = start / r.time_us;
       const ExperimentRecord logged = t.journal.finish(r);
+      const std::lock_guard printing(print_mutex);
       fmt::print("[{}] #{} {:<13} {} (best {:.2f} us, {:.3f}x the start) {}\n",
                  t.dir.filename().string(), logged.number, logged.verdict,
                  logged.time_us > 0 ? fmt::format("{:.2f} us", logged.time_us) : "not timed",
@@ -302,10 +350,11 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
                  first_lines(logged.fields.value("detail", logged.note)));
       std::fflush(stdout);  // a live line per experiment, also through a pipe
     };
-    // Evaluates the pending experiment, unless its proposer came back with nothing to evaluate
-    // (fields' "failed_proposal": the verdict and why; the reply is its saved proposal).
-    const auto run = [&](Task& t, const fs::path& proposal, const std::string& note,
-                         const std::string& proposed_by,
+    // Evaluates the pending experiment on `lane`, unless its proposer came back with nothing to
+    // evaluate (fields' "failed_proposal": the verdict and why; the reply is its saved
+    // proposal).
+    const auto run = [&](DeviceLane& lane, Task& t, const fs::path& proposal,
+                         const std::string& note, const std::string& proposed_by,
                          const nlohmann::json& fields = nlohmann::json::object()) {
       if (fields.contains("failed_proposal")) {
         ExperimentRecord failed;
@@ -317,17 +366,18 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
         finish(t, failed, note, proposed_by, rest);
         return;
       }
-      finish(t,
-             evaluate_proposal(checker, worker, ceilings, t.task, proposal, t.journal.kernel_path(),
-                               options),
-             note, proposed_by, fields);
+      ExperimentRecord r = evaluate_proposal(*lane.checker, *lane.worker, ceilings, t.task,
+                                             proposal, t.journal.kernel_path(), options);
+      if (devices.size() > 1) r.fields["ran_on"] = lane.name;
+      finish(t, std::move(r), note, proposed_by, fields);
     };
     for (Task& t : tasks) {
       if (const auto proposal = t.journal.interrupted()) {
         progress_line(fmt::format("[{}] evaluating experiment {} again (interrupted)",
                                   t.dir.filename().string(), t.journal.records().size() + 1));
         const TaskJournal::Origin origin = t.journal.interrupted_origin();
-        run(t, *proposal, origin.note.empty() ? "resumed" : origin.note + " (resumed)",
+        run(devices.lane(0), t, *proposal,
+            origin.note.empty() ? "resumed" : origin.note + " (resumed)",
             origin.proposer.empty() ? "resumed" : origin.proposer, origin.fields);
       }
     }
@@ -337,29 +387,30 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
         throw UsageError(fmt::format("cannot read {}", flags.submit));
       const fs::path saved =
           target.journal.begin(read_text_file(flags.submit), flags.proposer, flags.note);
-      run(target, saved, flags.note, flags.proposer);
+      run(devices.lane(0), target, saved, flags.note, flags.proposer);
     }
     if (proposer) {
       // One task (--task), or every task in the order of the plan's whole-run gain, each until
       // a move-on rule fires; a --seconds budget is spread by the share of the run each task
-      // could save.
+      // could save. With several devices each takes the next task in that order when it is
+      // free, with a proposer of its own; a task stays on one device for the whole run.
       const std::vector<Task*> order = work_order(tasks, flags);
       const auto could_save = [](const Task* t) { return std::max(0.0, 1.0 - 1.0 / t->plan.gain); };
       double total_weight = 0;
       for (const Task* t : order)
         total_weight += could_save(t);
-      for (Task* t : order) {
+      const auto work_on = [&](DeviceLane& lane, Proposer& lane_proposer, Task& target) {
         MoveOnRules rules = flags.rules;
         if (flags.total_seconds > 0) {
           rules.budget_seconds =
-              flags.total_seconds * (total_weight > 0 ? could_save(t) / total_weight
+              flags.total_seconds * (total_weight > 0 ? could_save(&target) / total_weight
                                                       : 1.0 / static_cast<double>(order.size()));
         }
-        Task& target = *t;
         const auto began = std::chrono::steady_clock::now();
         // The reverts rule counts this run's experiments: a new run (another proposer, say)
         // gets its own chance; the speedup and roofline rules read the whole history.
         const size_t first_in_run = target.journal.records().size();
+        const std::string name = target.dir.filename().string();
         for (;;) {
           const auto& history = target.journal.records();
           const double elapsed =
@@ -370,21 +421,23 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
               move_on_reason(rules, this_run, best_speedup(history),
                              best_timing(history).value("roofline_fraction", 0.0), elapsed);
           if (!reason.empty()) {
-            fmt::print("[{}] moving on: {}\n", target.dir.filename().string(), reason);
+            const std::lock_guard printing(print_mutex);
+            fmt::print("[{}] moving on: {}\n", name, reason);
             std::fflush(stdout);
             break;
           }
           const fs::path kernel = target.journal.kernel_path();
           const std::string current = read_text_file(kernel);
-          const std::string name = target.dir.filename().string();
-          const auto proposal = proposer->next({name, target.task, device_info, ceilings, rules,
-                                                kernel, current, history, progress_line});
+          const auto proposal = lane_proposer.next({name, target.task, device_info, ceilings, rules,
+                                                    kernel, current, history, progress_line});
           if (!proposal) {
-            fmt::print("[{}] moving on: the {} proposer {}\n", name, proposer->name(),
-                       proposer->why_done());
+            const std::lock_guard printing(print_mutex);
+            fmt::print("[{}] moving on: the {} proposer {}\n", name, lane_proposer.name(),
+                       lane_proposer.why_done());
+            std::fflush(stdout);
             break;
           }
-          const std::string proposed_by(proposer->name());
+          const std::string proposed_by(lane_proposer.name());
           nlohmann::json fields = proposal->fields;
           if (!proposal->failure_verdict.empty()) {
             fields["failed_proposal"] = {{"verdict", proposal->failure_verdict},
@@ -392,8 +445,14 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
           }
           const fs::path saved =
               target.journal.begin(proposal->source, proposed_by, proposal->note, fields);
-          run(target, saved, proposal->note, proposed_by, fields);
+          run(lane, target, saved, proposal->note, proposed_by, fields);
         }
+      };
+      if (devices.size() == 1) {
+        for (Task* t : order)
+          work_on(devices.lane(0), *proposer, *t);
+      } else {
+        run_tasks_on_lanes(devices, order, flags.propose, work_on);
       }
     }
   }

@@ -37,6 +37,7 @@ struct LoopFlags {
   std::string json_path;
   bool status = false;  // read-only state, beside a running loop
   bool next = false;    // the brief of the task to work on next
+  std::string devices;  // "0,1" or "all": with --propose, tasks run side by side, one per device
 };
 
 CLI::App* add_loop_command(CLI::App& app, LoopFlags& flags, DeviceFlags& device);

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <set>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/process.h"
@@ -256,6 +258,40 @@ TEST(LoopCli, ProposerRunsEveryTaskInTheOrderOfItsGain) {
   EXPECT_FALSE(scripted.ok());
   EXPECT_NE(scripted.output.find("name its task with --task"), std::string::npos)
       << scripted.output;
+}
+
+// With --devices, tasks run side by side, one per device (CPU slots here): each task's
+// experiments all ran on one device, the two tasks on two, and nothing is logged twice.
+TEST(LoopCli, TasksRunSideBySideOnSeveralDevices) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs two CPU cores";
+  const fs::path ws = test::temp_dir("loop-devices");
+  for (const auto& [folder, text] :
+       {std::pair{"task-01-rmsnorm",
+                  R"({"op": "rmsnorm", "shape": "64x256", "dtype": "f32", "gain": 1.1})"},
+        std::pair{"task-02-softmax",
+                  R"({"op": "softmax", "shape": "64x256", "dtype": "f32", "gain": 1.6})"}}) {
+    fs::create_directories(ws / folder);
+    std::ofstream(ws / folder / "task.json") << text;
+  }
+  const CommandResult r = run_loop(
+      ws, {"--max-seconds", "0.1", "--propose", "tuner", "--max-reverts", "2", "--devices", "0,1"});
+  ASSERT_TRUE(r.ok()) << r.output;
+  std::set<std::string> lanes;
+  for (const char* task : {"task-01-rmsnorm", "task-02-softmax"}) {
+    const std::vector<ExperimentRecord> records = read_finished_experiments(ws / task);
+    ASSERT_FALSE(records.empty()) << r.output;
+    std::set<std::string> ran_on;
+    std::set<int> numbers;
+    for (const ExperimentRecord& e : records) {
+      ran_on.insert(e.fields.value("ran_on", ""));
+      numbers.insert(e.number);
+    }
+    EXPECT_EQ(ran_on.size(), 1u) << task << " moved between devices";
+    EXPECT_EQ(numbers.size(), records.size()) << task << ": an experiment logged twice";
+    lanes.insert(*ran_on.begin());
+    EXPECT_NE(r.output.find(fmt::format("[{}] moving on", task)), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(lanes, (std::set<std::string>{"cpu:0", "cpu:1"})) << r.output;
 }
 
 }  // namespace
