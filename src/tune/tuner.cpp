@@ -172,7 +172,15 @@ class LiveEvaluator final : public Evaluator {
     std::vector<std::future<EvaluationRecord>> runs;
     for (auto& lane : lanes_) {
       runs.push_back(std::async(std::launch::async, [this, state = lane.get(), point, &build] {
-        return evaluate(*state, point, build);
+        try {
+          return evaluate(*state, point, build);
+        } catch (const std::exception& e) {  // the lane failed: its thread will probe it
+          EvaluationRecord r = new_record(problem_, device_key_, build.variant);
+          r.verdict = Verdict::crash;
+          r.stage = "device";
+          r.detail = e.what();
+          return r;
+        }
       }));
     }
     double fastest = INFINITY, slowest = 0, stderr_max = 0;
