@@ -230,10 +230,9 @@ TEST(MoveOnRules, EachRuleFiresAtItsThresholdAndZeroTurnsItOff) {
   EXPECT_EQ(move_on_reason(rules, history, 9.0, 1.0, 1e9), "");
 }
 
-// With no --task, every task in the order of the plan's whole-run gain: here each moves on after
-// its first timed experiment (any share of the roofline reaches --roofline 0.0001).
-TEST(LoopCli, ProposerRunsEveryTaskInTheOrderOfItsGain) {
-  const fs::path ws = test::temp_dir("loop-order");
+// A workspace of two small tasks: rmsnorm (whole-run gain 1.1) and softmax (1.6).
+fs::path two_task_workspace(const std::string& name) {
+  const fs::path ws = test::temp_dir(name);
   for (const auto& [folder, text] :
        {std::pair{"task-01-rmsnorm",
                   R"({"op": "rmsnorm", "shape": "64x256", "dtype": "f32", "gain": 1.1})"},
@@ -242,6 +241,13 @@ TEST(LoopCli, ProposerRunsEveryTaskInTheOrderOfItsGain) {
     fs::create_directories(ws / folder);
     std::ofstream(ws / folder / "task.json") << text;
   }
+  return ws;
+}
+
+// With no --task, every task in the order of the plan's whole-run gain: here each moves on after
+// its first timed experiment (any share of the roofline reaches --roofline 0.0001).
+TEST(LoopCli, ProposerRunsEveryTaskInTheOrderOfItsGain) {
+  const fs::path ws = two_task_workspace("loop-order");
   const CommandResult r =
       run_loop(ws, {"--max-seconds", "0.1", "--propose", "tuner", "--roofline", "0.0001"});
   ASSERT_TRUE(r.ok()) << r.output;
@@ -264,15 +270,7 @@ TEST(LoopCli, ProposerRunsEveryTaskInTheOrderOfItsGain) {
 // experiments all ran on one device, the two tasks on two, and nothing is logged twice.
 TEST(LoopCli, TasksRunSideBySideOnSeveralDevices) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs two CPU cores";
-  const fs::path ws = test::temp_dir("loop-devices");
-  for (const auto& [folder, text] :
-       {std::pair{"task-01-rmsnorm",
-                  R"({"op": "rmsnorm", "shape": "64x256", "dtype": "f32", "gain": 1.1})"},
-        std::pair{"task-02-softmax",
-                  R"({"op": "softmax", "shape": "64x256", "dtype": "f32", "gain": 1.6})"}}) {
-    fs::create_directories(ws / folder);
-    std::ofstream(ws / folder / "task.json") << text;
-  }
+  const fs::path ws = two_task_workspace("loop-devices");
   const CommandResult r = run_loop(
       ws, {"--max-seconds", "0.1", "--propose", "tuner", "--max-reverts", "2", "--devices", "0,1"});
   ASSERT_TRUE(r.ok()) << r.output;
