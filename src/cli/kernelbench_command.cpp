@@ -76,6 +76,10 @@ std::string make_task(const fs::path& problem_file, const fs::path& workspace, b
   fmt::print("task {}: {} ({} {} {}, checked against the problem's Model; starts from {})\n", name,
              dir.string(), op.name(), op.format_shape(op.problem_sizes()),
              dtype_name(op.problem_dtype()), library.filename().string());
+  if (!op.identified().empty()) {
+    fmt::print("  {} names no KFORGE_OP: {}, {}\n", copy.filename().string(),
+               op.signature_op().name(), op.identified());
+  }
   return name;
 }
 
@@ -158,7 +162,8 @@ CLI::App* add_task_command(CLI::App& app, TaskFlags& flags, DeviceFlags& device)
   auto* cmd = app.add_subcommand(
       "task", "Make a loop task from a KernelBench-format problem (docs/kernelbench.md)");
   cmd->add_option("--kernelbench", flags.kernelbench,
-                  "A problem file: Model, get_inputs(), get_init_inputs() and KFORGE_OP")
+                  "A problem file: Model, get_inputs(), get_init_inputs() (and KFORGE_OP, the "
+                  "kforge op it computes, where kforge cannot tell)")
       ->required();
   cmd->add_option("--workspace", flags.workspace, "The loop workspace to add the task to")
       ->required();

@@ -1,6 +1,7 @@
 #include "kernelbench/kernelbench_op.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "core/temp_directory.h"
 #include "kforge/kernel.h"
 #include "ops/registry.h"
+#include "run/case_tensors.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
@@ -109,6 +111,65 @@ std::vector<char> read_file(const fs::path& path, size_t bytes) {
 
 }  // namespace
 
+std::string signature_misfit(const OpSpec& base, const nlohmann::json& described,
+                             const std::string& where, Sizes& sizes, DType& dtype) {
+  const std::string base_name(base.name());
+  const auto parsed = parse_dtype(described.at("dtype").get<std::string>());
+  if (!parsed || !base.supports(*parsed)) {
+    return fmt::format("{}: {} does not take dtype {}", where, base_name,
+                       described.at("dtype").get<std::string>());
+  }
+  dtype = *parsed;
+  sizes.clear();
+
+  // The problem's tensors, in the kernel's order, must be the op's: sizes are read off them.
+  const std::vector<TensorSpec> specs = base.tensors();
+  const auto& given = described.at("tensors");
+  const auto list = [&](const auto& items) {
+    std::vector<std::string> parts;
+    for (const auto& t : items)
+      parts.push_back(fmt::format("{}{}", t.at("name").template get<std::string>(),
+                                  shape_text(t.at("shape").template get<std::vector<int64_t>>())));
+    return fmt::format("{}", fmt::join(parts, " "));
+  };
+  if (given.size() != specs.size()) {
+    return fmt::format(
+        "{}: {} takes {} (get_inputs()'s tensors, then the Model's parameters, then the "
+        "outputs); the problem has {}",
+        where, base_name, base.signature(), list(given));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto shape = given[i].at("shape").get<std::vector<int64_t>>();
+    if (shape.size() != specs[i].dims.size()) {
+      return fmt::format("{}: tensor {} ({}) is {} but {}'s {} has dims [{}]", where, i,
+                         given[i].at("name").get<std::string>(), shape_text(shape), base_name,
+                         specs[i].name, fmt::join(specs[i].dims, ", "));
+    }
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const auto [it, added] = sizes.emplace(specs[i].dims[d], shape[d]);
+      if (!added && it->second != shape[d]) {
+        return fmt::format("{}: {} is {} in {} but {} in an earlier tensor", where,
+                           specs[i].dims[d], shape[d], specs[i].name, it->second);
+      }
+    }
+  }
+  for (const auto& [n, v] : base.named_size_defaults())
+    sizes.emplace(n, v);
+  base.complete_sizes(sizes);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto shape = given[i].at("shape").get<std::vector<int64_t>>();
+    const DType expected = base.dtype_of(specs[i], dtype);
+    if (base.shape_of(specs[i], sizes) != shape ||
+        given[i].at("dtype").get<std::string>() != dtype_name(expected)) {
+      return fmt::format("{}: tensor {} is {} {} but {} wants {} {} there", where,
+                         given[i].at("name").get<std::string>(),
+                         given[i].at("dtype").get<std::string>(), shape_text(shape), base_name,
+                         dtype_name(expected), shape_text(base.shape_of(specs[i], sizes)));
+    }
+  }
+  return "";
+}
+
 KernelBenchOp::KernelBenchOp(std::string name, fs::path problem, const nlohmann::json& described,
                              std::shared_ptr<ProblemServer> server)
     : name_(std::move(name)), problem_(std::move(problem)), server_(std::move(server)) {
@@ -125,61 +186,13 @@ KernelBenchOp::KernelBenchOp(std::string name, fs::path problem, const nlohmann:
     throw UsageError(
         fmt::format("{}: KFORGE_OP '{}' is not a kforge op ({})", where, base_name, op_names()));
   }
-  const auto dtype = parse_dtype(described.at("dtype").get<std::string>());
-  if (!dtype || !base_->supports(*dtype)) {
-    throw UsageError(fmt::format("{}: {} does not take dtype {}", where, base_name,
-                                 described.at("dtype").get<std::string>()));
+  if (const std::string why = signature_misfit(*base_, described, where, sizes_, dtype_);
+      !why.empty()) {
+    throw UsageError(why);
   }
-  dtype_ = *dtype;
-
-  // The problem's tensors, in the kernel's order, must be the op's: sizes are read off them.
-  const std::vector<TensorSpec> specs = base_->tensors();
-  const auto& given = described.at("tensors");
-  const auto list = [&](const auto& items) {
-    std::vector<std::string> parts;
-    for (const auto& t : items)
-      parts.push_back(fmt::format("{}{}", t.at("name").template get<std::string>(),
-                                  shape_text(t.at("shape").template get<std::vector<int64_t>>())));
-    return fmt::format("{}", fmt::join(parts, " "));
-  };
-  if (given.size() != specs.size()) {
-    throw UsageError(fmt::format(
-        "{}: {} takes {} (get_inputs()'s tensors, then the Model's parameters, then the "
-        "outputs); the problem has {}",
-        where, base_name, base_->signature(), list(given)));
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const auto shape = given[i].at("shape").get<std::vector<int64_t>>();
-    if (shape.size() != specs[i].dims.size()) {
-      throw UsageError(fmt::format("{}: tensor {} ({}) is {} but {}'s {} has dims [{}]", where, i,
-                                   given[i].at("name").get<std::string>(), shape_text(shape),
-                                   base_name, specs[i].name, fmt::join(specs[i].dims, ", ")));
-    }
-    for (size_t d = 0; d < shape.size(); ++d) {
-      const auto [it, added] = sizes_.emplace(specs[i].dims[d], shape[d]);
-      if (!added && it->second != shape[d]) {
-        throw UsageError(fmt::format("{}: {} is {} in {} but {} in an earlier tensor", where,
-                                     specs[i].dims[d], shape[d], specs[i].name, it->second));
-      }
-    }
-  }
-  for (const auto& [n, v] : base_->named_size_defaults())
-    sizes_.emplace(n, v);
-  base_->complete_sizes(sizes_);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const auto shape = given[i].at("shape").get<std::vector<int64_t>>();
-    const DType expected = base_->dtype_of(specs[i], dtype_);
-    if (base_->shape_of(specs[i], sizes_) != shape ||
-        given[i].at("dtype").get<std::string>() != dtype_name(expected)) {
-      throw UsageError(fmt::format("{}: tensor {} is {} {} but {} wants {} {} there", where,
-                                   given[i].at("name").get<std::string>(),
-                                   given[i].at("dtype").get<std::string>(), shape_text(shape),
-                                   base_name, dtype_name(expected),
-                                   shape_text(base_->shape_of(specs[i], sizes_))));
-    }
-  }
-  formula_ =
-      fmt::format("{} (KernelBench problem {}, with {}'s signature)", name_, where, base_name);
+  identified_ = described.value("identified", "");
+  formula_ = fmt::format("{} (KernelBench problem {}, with {}'s signature{})", name_, where,
+                         base_name, identified_.empty() ? "" : "; " + identified_);
 }
 
 KernelBenchOp::~KernelBenchOp() = default;
@@ -281,7 +294,116 @@ std::string kernelbench_op_name(const fs::path& problem) {
   return fmt::format("kb:{}", problem.stem().string());
 }
 
+IdentifiedOp identify_signature_op(
+    const fs::path& problem, const nlohmann::json& described,
+    const std::function<std::optional<std::string>(const OpSpec&)>& model_disagrees) {
+  const std::string where = problem.filename().string();
+  std::vector<const OpSpec*> fits;
+  for (const OpSpec* op : all_ops()) {
+    Sizes sizes;
+    DType dtype = DType::f32;
+    if (!op->name().starts_with("kb:") &&
+        signature_misfit(*op, described, where, sizes, dtype).empty()) {
+      fits.push_back(op);
+    }
+  }
+  if (fits.empty()) {
+    throw UsageError(fmt::format(
+        "{} names no KFORGE_OP, and its tensors (get_inputs()'s, the Model's parameters, the "
+        "outputs) fit no kforge op's signature ({}); kforge takes problems with one of its ops' "
+        "signatures",
+        where, op_names()));
+  }
+  std::vector<std::string> agree;
+  std::vector<std::string> unjudged;
+  std::vector<std::string> differ;
+  for (const OpSpec* op : fits) {
+    Sizes sizes;
+    DType dtype = DType::f32;
+    signature_misfit(*op, described, where, sizes, dtype);
+    const std::string name(op->name());
+    if (op->reference_flops(sizes) > kHostReferenceFlopLimit) {
+      unjudged.push_back(name);
+    } else if (const auto why = model_disagrees(*op)) {
+      differ.push_back(fmt::format("not {}: {}", name, *why));
+    } else {
+      agree.push_back(name);
+    }
+  }
+  const auto names = [](const std::vector<std::string>& v) {
+    return fmt::format("{}", fmt::join(v, ", "));
+  };
+  if (agree.size() == 1 && unjudged.empty()) {
+    return {agree.front(),
+            fmt::format("identified by its Model agreeing with {}'s reference", agree.front())};
+  }
+  if (agree.empty() && unjudged.size() == 1) {
+    return {unjudged.front(),
+            fmt::format("identified by its signature alone ({}'s host reference is too costly "
+                        "at this size to compare with the Model)",
+                        unjudged.front())};
+  }
+  if (agree.size() + unjudged.size() > 1) {
+    throw UsageError(fmt::format(
+        "{} names no KFORGE_OP and could be any of {}: set KFORGE_OP to the one it computes", where,
+        names([&] {
+          std::vector<std::string> all = agree;
+          all.insert(all.end(), unjudged.begin(), unjudged.end());
+          return all;
+        }())));
+  }
+  throw UsageError(fmt::format(
+      "{} names no KFORGE_OP and its Model computes none of the ops whose signature it has ({})",
+      where, names(differ)));
+}
+
 namespace {
+
+// Why the problem's Model does not compute what `candidate`'s signature op does, on one draw of
+// the problem's own inputs (nullopt: it does, within the op's tolerance for the problem's dtype).
+std::optional<std::string> model_disagreement(const KernelBenchOp& candidate) {
+  const OpSpec& op = candidate.signature_op();
+  const Sizes& sizes = candidate.problem_sizes();
+  CaseTensors tensors(candidate, sizes, candidate.problem_dtype());
+  tensors.generate_inputs(InputKind::normal, fresh_seed());
+  const std::vector<std::vector<double>> inputs = tensors.inputs_as_double();
+  const std::vector<double> scalars = candidate.scalar_values(sizes);
+  const size_t outputs = tensors.outputs().size();
+  std::vector<std::vector<double>> model(outputs);
+  std::vector<std::vector<double>> want(op.tolerance_relative_to_magnitude() ? 2 * outputs
+                                                                             : outputs);
+  for (size_t o = 0; o < want.size(); ++o)
+    want[o].resize(static_cast<size_t>(tensors.outputs()[o % outputs].numel()));
+  for (size_t o = 0; o < outputs; ++o)
+    model[o].resize(want[o].size());
+  candidate.reference(sizes, inputs, scalars, model);
+  op.reference(sizes, inputs, scalars, want);
+  const Tolerance tolerance = op.tolerance(candidate.problem_dtype());
+  for (size_t o = 0; o < outputs; ++o) {
+    size_t differing = 0;
+    std::optional<size_t> first;
+    for (size_t i = 0; i < want[o].size(); ++i) {
+      const double got = model[o][i], expected = want[o][i];
+      const double scale = want.size() > outputs
+                               ? std::max(std::abs(expected), want[outputs + o][i])
+                               : std::abs(expected);
+      const bool same = std::isfinite(expected)
+                            ? std::abs(got - expected) <= tolerance.atol + tolerance.rtol * scale
+                            : (std::isnan(expected) ? std::isnan(got) : got == expected);
+      if (!same) {
+        ++differing;
+        if (!first) first = i;
+      }
+    }
+    if (differing > 0) {
+      return fmt::format(
+          "{} of {} elements of output {} differ (element {}: the Model gives {:.6g}, "
+          "{} {:.6g})",
+          differing, want[o].size(), o, *first, model[o][*first], op.name(), want[o][*first]);
+    }
+  }
+  return std::nullopt;
+}
 
 struct LoadedProblems {
   std::mutex mutex;
@@ -311,7 +433,17 @@ const KernelBenchOp& load_kernelbench_problem(const fs::path& problem) {
     return *it->second;
   }
   auto server = std::make_shared<ProblemServer>(canonical);
-  const nlohmann::json described = server->request({{"cmd", "describe"}}, kRequestTimeout);
+  nlohmann::json described = server->request({{"cmd", "describe"}}, kRequestTimeout);
+  if (!described.contains("op") || described.at("op").is_null()) {
+    const IdentifiedOp identified =
+        identify_signature_op(canonical, described, [&](const OpSpec& op) {
+          nlohmann::json as_op = described;
+          as_op["op"] = op.name();
+          return model_disagreement(KernelBenchOp(name, canonical, as_op, server));
+        });
+    described["op"] = identified.op;
+    described["identified"] = identified.how;
+  }
   auto op = std::make_unique<KernelBenchOp>(name, canonical, described, std::move(server));
   const KernelBenchOp* registered = op.get();
   register_op(std::move(op));

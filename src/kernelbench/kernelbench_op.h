@@ -2,13 +2,16 @@
 // with a PyTorch `Model`, `get_inputs()` and `get_init_inputs()`; as a kforge op, `kb:NAME`
 // (NAME: the file's stem), its reference is that Model, run in float64 by a Python child
 // (kernelbench_problem.py beside this file), and its everyday inputs are get_inputs()'s draws
-// under a fresh seed. The problem names the kforge op whose signature it has (`KFORGE_OP`):
-// sizes, scalars, tolerances, adversarial inputs and cost are that op's, so the five stages,
-// the integrity rules and the op's kernel files apply unchanged.
+// under a fresh seed. The problem names the kforge op whose signature it has (`KFORGE_OP`), or
+// kforge identifies it (identify_signature_op): sizes, scalars, tolerances, adversarial inputs
+// and cost are that op's, so the five stages, the integrity rules and the op's kernel files
+// apply unchanged.
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +49,8 @@ class KernelBenchOp final : public OpSpec {
   const OpSpec& signature_op() const { return *base_; }
   const Sizes& problem_sizes() const { return sizes_; }
   DType problem_dtype() const { return dtype_; }
+  // How the signature op was found when the problem names none ("" when it names one).
+  const std::string& identified() const { return identified_; }
 
   ProblemTiming time(const std::filesystem::path& module, double max_seconds) const;
 
@@ -106,8 +111,30 @@ class KernelBenchOp final : public OpSpec {
   const OpSpec* base_ = nullptr;
   Sizes sizes_;
   DType dtype_ = DType::f32;
+  std::string identified_;
   std::shared_ptr<ProblemServer> server_;
 };
+
+// Why a problem's tensors (`described`) do not fit `op`'s signature ("" when they do), naming
+// `where` (the problem file); on a fit, the sizes read off the tensors and the problem's dtype.
+std::string signature_misfit(const OpSpec& op, const nlohmann::json& described,
+                             const std::string& where, Sizes& sizes, DType& dtype);
+
+// For a problem that names no KFORGE_OP (a KernelBench file as published): the kforge op whose
+// signature its tensors fit and whose function its Model computes. Ops that share a signature
+// (softmax, an element-wise ReLU: both [M, N] -> [M, N]) are told apart by behaviour:
+// `model_disagrees(op)` runs the Model and `op`'s float64 host reference on the problem's own
+// inputs and says where they differ beyond the op's tolerance (nullopt: they agree). It is asked
+// only where that reference is affordable at the problem's size; a fit that cannot be judged so
+// is taken by signature alone only when it is the only fit. Throws UsageError when no op is
+// left, or more than one.
+struct IdentifiedOp {
+  std::string op;
+  std::string how;  // for the op's description: "identified by ..."
+};
+IdentifiedOp identify_signature_op(
+    const std::filesystem::path& problem, const nlohmann::json& described,
+    const std::function<std::optional<std::string>(const OpSpec&)>& model_disagrees);
 
 // "kb:NAME" for a problem file.
 std::string kernelbench_op_name(const std::filesystem::path& problem);

@@ -67,5 +67,33 @@ TEST(KernelBenchGpu, ScoresProblemsAgainstTheirModels) {
   EXPECT_NE(log.find("WRONG"), std::string::npos) << log;
 }
 
+// Problems as KernelBench publishes them, without KFORGE_OP: kforge runs each Model beside the
+// references of the ops whose signature it has. Needs PyTorch only (the CPU backend).
+TEST(KernelBenchGpu, IdentifiesTheOpsOfProblemsThatNameNone) {
+  if (!find_python_with("torch")) GTEST_SKIP() << "no python3 that imports torch";
+  const fs::path dir = test::temp_dir("kernelbench-unnamed");
+  const fs::path data = fs::path(test::test_data_dir()) / "kernelbench" / "unnamed";
+  const auto task = [&](const char* file) {
+    return run_command({test::kforge_binary(), "task", "--kernelbench", (data / file).string(),
+                        "--workspace", (dir / "ws").string(), "--backend", "cpu"},
+                       std::chrono::minutes(5));
+  };
+  const CommandResult rms = task("rms_norm.py");
+  ASSERT_TRUE(rms.ok()) << rms.output;
+  EXPECT_NE(rms.output.find("rmsnorm, identified by its Model agreeing with rmsnorm's reference"),
+            std::string::npos)
+      << rms.output;
+  const CommandResult softmax = task("softmax.py");
+  ASSERT_TRUE(softmax.ok()) << softmax.output;
+  EXPECT_NE(softmax.output.find("softmax, identified by its Model agreeing"), std::string::npos)
+      << softmax.output;
+  // Softmax's signature, a ReLU's Model: refused, not taken as softmax.
+  const CommandResult relu = task("relu.py");
+  EXPECT_EQ(relu.exit_code, 2) << relu.output;
+  EXPECT_NE(relu.output.find("computes none of the ops whose signature it has (not softmax:"),
+            std::string::npos)
+      << relu.output;
+}
+
 }  // namespace
 }  // namespace kforge

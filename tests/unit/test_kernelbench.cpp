@@ -110,6 +110,62 @@ TEST(KernelBench, RefusesAProblemThatDoesNotFitItsOp) {
   EXPECT_EQ(refusal(p), "p.py: rmsnorm does not take dtype f64");
 }
 
+// A problem that names no op (a KernelBench file as published): the ops whose signature its
+// tensors fit, told apart by whether its Model computes what each op's reference does (here a
+// stand-in for running the Model); an op too costly to compare is taken only as the one fit.
+TEST(KernelBench, IdentifiesTheOpOfAProblemThatNamesNone) {
+  nlohmann::json p = rmsnorm_problem();
+  p.erase("op");
+  std::vector<std::string> asked;
+  const auto agrees_with = [&](const std::string& computed) {
+    return [&asked, computed](const OpSpec& op) -> std::optional<std::string> {
+      asked.emplace_back(op.name());
+      if (op.name() == computed) return std::nullopt;
+      return "3 of 16384 elements differ";
+    };
+  };
+  const IdentifiedOp rms = identify_signature_op("p.py", p, agrees_with("rmsnorm"));
+  EXPECT_EQ(rms.op, "rmsnorm");
+  EXPECT_NE(rms.how.find("its Model agreeing with rmsnorm's reference"), std::string::npos);
+  EXPECT_EQ(asked, std::vector<std::string>{"rmsnorm"});  // the only op with this signature
+
+  // x[M, N] -> out[M, N] is softmax's signature; a Model that is not a softmax is refused.
+  nlohmann::json rows = {
+      {"dtype", "f32"},
+      {"tensors",
+       {tensor("x", {64, 256}, "f32", "input"), tensor("out", {64, 256}, "f32", "output")}}};
+  const auto refused = [&](const auto& judge) {
+    try {
+      identify_signature_op("relu.py", rows, judge);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string relu = refused(agrees_with("nothing"));
+  EXPECT_NE(relu.find("computes none of the ops whose signature it has (not softmax: 3 of 16384"),
+            std::string::npos)
+      << relu;
+  EXPECT_EQ(identify_signature_op("softmax.py", rows, agrees_with("softmax")).op, "softmax");
+
+  // A large matmul: its host reference is not run; the signature is the only fit.
+  asked.clear();
+  const nlohmann::json mm = {
+      {"dtype", "bf16"},
+      {"tensors",
+       {tensor("a", {4096, 4096}, "bf16", "input"), tensor("b", {4096, 4096}, "bf16", "input"),
+        tensor("out", {4096, 4096}, "bf16", "output")}}};
+  const IdentifiedOp matmul = identify_signature_op("mm.py", mm, agrees_with("nothing"));
+  EXPECT_EQ(matmul.op, "matmul");
+  EXPECT_NE(matmul.how.find("signature alone"), std::string::npos) << matmul.how;
+  EXPECT_TRUE(asked.empty());
+
+  // Tensors no op has.
+  rows["tensors"].push_back(tensor("extra", {3}, "f32", "input"));
+  EXPECT_NE(refused(agrees_with("softmax")).find("fit no kforge op's signature"),
+            std::string::npos);
+}
+
 TEST(KernelBench, ProblemsAreNamedAfterTheirFiles) {
   EXPECT_EQ(kernelbench_op_name("level1/07_swiglu_mlp.py"), "kb:07_swiglu_mlp");
   // Without a problem folder to look in, a kb: name is no op.
