@@ -205,8 +205,17 @@ int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
   add_kernelbench_folder(workspace / "problems");
   const bool cuda = pick_backend(device, nullptr) == "cuda";
   std::vector<std::string> names;
-  for (const fs::path& file : problem_files(flags.problems))
-    names.push_back(make_task(file, workspace, cuda));
+  // Problems kforge cannot take (no op of theirs, no op that computes their Model): each counts
+  // as not solved, as KernelBench scores a problem without a working kernel; the others go on.
+  std::vector<std::pair<std::string, std::string>> refused;
+  for (const fs::path& file : problem_files(flags.problems)) {
+    try {
+      names.push_back(make_task(file, workspace, cuda));
+    } catch (const UsageError& e) {
+      refused.emplace_back(file.stem().string(), e.what());
+      fmt::print("{}: refused: {}\n", file.stem().string(), e.what());
+    }
+  }
 
   if (!flags.propose.empty()) {
     for (const std::string& name : names) {
@@ -243,12 +252,17 @@ int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
     compiled.push_back(s.compile);
     problems.push_back(std::move(s.record));
   }
+  for (const auto& [name, why] : refused) {
+    eager.push_back({name, false, 0});
+    compiled.push_back({name, false, 0});
+    problems.push_back({{"problem", name}, {"refused", why}});
+  }
   nlohmann::json j = {
       {"problems", problems}, {"proposer", flags.propose}, {"run", run_metadata(argv)}};
   fmt::print(
       "\n{} problems, proposer {}\n| p | fast_p vs eager | fast_p vs torch.compile |\n"
       "|---|---|---|\n",
-      names.size(), flags.propose.empty() ? "none" : flags.propose);
+      names.size() + refused.size(), flags.propose.empty() ? "none" : flags.propose);
   for (const double p : kThresholds) {
     const double e = fast_p(eager, p);
     const double c = fast_p(compiled, p);
