@@ -49,6 +49,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "flash_attention_common.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -217,22 +218,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
-bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 template <int kDim>
-int launch(const kf_elem* q, const kf_elem* k, const kf_elem* v, kf_elem* o, int64_t heads,
-           int64_t seq_len, int64_t head_dim, int64_t group, float scale_log2, bool causal,
-           cudaStream_t stream) {
+int launch(const kf_attention::Problem& p) {
   constexpr int kSmemBytes = 2 * BLOCK_KV * kDim * int(sizeof(float));
   if (kSmemBytes > 48 * 1024) {
     // Above 48 KB, dynamic shared memory needs an opt-in (a host-side attribute, no sync).
@@ -242,57 +229,22 @@ int launch(const kf_elem* q, const kf_elem* k, const kf_elem* v, kf_elem* o, int
       return KF_ERR_LAUNCH;
     }
   }
-  const bool packed =
-      head_dim == kDim && is_aligned(k, sizeof(ElemPack4)) && is_aligned(v, sizeof(ElemPack4));
-  const dim3 grid(static_cast<unsigned>((seq_len + BLOCK_Q - 1) / BLOCK_Q),
-                  static_cast<unsigned>(heads));
-  flash_attention_tiled<kDim><<<grid, kThreads, kSmemBytes, stream>>>(
-      q, k, v, o, int(seq_len), int(head_dim), int(group), scale_log2, causal, packed);
+  const bool packed = p.head_dim == kDim && kf_attention::is_aligned(p.k, sizeof(ElemPack4)) &&
+                      kf_attention::is_aligned(p.v, sizeof(ElemPack4));
+  const dim3 grid(static_cast<unsigned>((p.seq_len + BLOCK_Q - 1) / BLOCK_Q),
+                  static_cast<unsigned>(p.heads));
+  flash_attention_tiled<kDim><<<grid, kThreads, kSmemBytes, p.stream>>>(
+      p.q, p.k, p.v, p.o, int(p.seq_len), int(p.head_dim), int(p.group), p.scale_log2, p.causal,
+      packed);
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 3 || args->num_outputs != 1 || args->num_scalars != 2) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& q = args->inputs[0];   // q: [batch, heads, seq_len, head_dim]
-  const kf_tensor& k = args->inputs[1];   // k: [batch, kv_heads, seq_len, head_dim]
-  const kf_tensor& v = args->inputs[2];   // v: like k
-  const kf_tensor& o = args->outputs[0];  // o: like q
-  if (q.dtype != kf_elem_dtype || k.dtype != kf_elem_dtype || v.dtype != kf_elem_dtype ||
-      o.dtype != kf_elem_dtype) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  // K and V may have fewer heads than Q (grouped-query attention), each shared by `group`.
-  if (q.ndim != 4 || k.ndim != 4 || !same_shape(q, o) || !same_shape(k, v) ||
-      k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || k.shape[3] != q.shape[3] ||
-      k.shape[1] <= 0 || q.shape[1] % k.shape[1] != 0) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const int64_t group = q.shape[1] / k.shape[1];
-  const int64_t heads = q.shape[0] * q.shape[1];  // (batch, head) pairs
-  const int64_t seq_len = q.shape[2];
-  const int64_t head_dim = q.shape[3];
-  if (head_dim < 1 || head_dim > kMaxHeadDim) return KF_ERR_UNSUPPORTED;
-  // int row indices with room for a block past the end; grid.y is limited to 65535.
-  if (seq_len > INT32_MAX / 2 || heads > 65535) return KF_ERR_UNSUPPORTED;
-  if (heads == 0 || seq_len == 0) return KF_OK;
-
-  const double sm_scale = args->scalars[0];
-  const bool causal = args->scalars[1] != 0.0;
-  const float scale_log2 = static_cast<float>(sm_scale * 1.4426950408889634);  // * log2(e)
-  const auto* q_data = static_cast<const kf_elem*>(q.data);
-  const auto* k_data = static_cast<const kf_elem*>(k.data);
-  const auto* v_data = static_cast<const kf_elem*>(v.data);
-  auto* o_data = static_cast<kf_elem*>(o.data);
-  const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
-  if (head_dim <= 64) {
-    return launch<64>(q_data, k_data, v_data, o_data, heads, seq_len, head_dim, group, scale_log2,
-                      causal, stream);
-  }
-  return launch<128>(q_data, k_data, v_data, o_data, heads, seq_len, head_dim, group, scale_log2,
-                     causal, stream);
+  kf_attention::Problem problem;
+  if (const int status = kf_attention::read_problem(args, kMaxHeadDim, &problem); status != KF_OK)
+    return status;
+  if (problem.heads == 0 || problem.seq_len == 0) return KF_OK;
+  return problem.head_dim <= 64 ? launch<64>(problem) : launch<128>(problem);
 }
