@@ -72,4 +72,23 @@ inline int read_problem(const kf_args* args, int64_t max_head_dim, Problem* prob
   return KF_OK;
 }
 
+// Launches `kernel` on `p.stream` over blocks of `block_rows` query rows of every head, its
+// dynamic shared memory opted in above 48 KB (a host-side attribute, no sync). Every attention
+// kernel here takes the same parameters.
+template <typename Kernel>
+int launch(Kernel kernel, const Problem& p, int block_rows, int threads, int smem_bytes,
+           bool packed) {
+  if (smem_bytes > 48 * 1024 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) !=
+          cudaSuccess) {
+    return KF_ERR_LAUNCH;
+  }
+  const dim3 grid(static_cast<unsigned>((p.seq_len + block_rows - 1) / block_rows),
+                  static_cast<unsigned>(p.heads));
+  kernel<<<grid, threads, smem_bytes, p.stream>>>(p.q, p.k, p.v, p.o, int(p.seq_len),
+                                                  int(p.head_dim), int(p.group), p.scale_log2,
+                                                  p.causal, packed);
+  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+}
+
 }  // namespace kf_attention

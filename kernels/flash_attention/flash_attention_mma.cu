@@ -314,21 +314,9 @@ __global__ void __launch_bounds__(kThreads)
 template <int kDim>
 int launch(const kf_attention::Problem& p) {
   constexpr int kSmemBytes = (kBlockQ + 2 * BLOCK_KV) * (kDim + kPad) * int(sizeof(kf_elem));
-  if (kSmemBytes > 48 * 1024) {
-    // Above 48 KB, dynamic shared memory needs an opt-in (a host-side attribute, no sync).
-    if (cudaFuncSetAttribute(flash_attention_mma<kDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSmemBytes) != cudaSuccess) {
-      return KF_ERR_LAUNCH;
-    }
-  }
   const bool packed = p.head_dim == kDim && kf_attention::is_aligned(p.q, 16) &&
                       kf_attention::is_aligned(p.k, 16) && kf_attention::is_aligned(p.v, 16);
-  const dim3 grid(static_cast<unsigned>((p.seq_len + kBlockQ - 1) / kBlockQ),
-                  static_cast<unsigned>(p.heads));
-  flash_attention_mma<kDim><<<grid, kThreads, kSmemBytes, p.stream>>>(
-      p.q, p.k, p.v, p.o, int(p.seq_len), int(p.head_dim), int(p.group), p.scale_log2, p.causal,
-      packed);
-  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+  return kf_attention::launch(flash_attention_mma<kDim>, p, kBlockQ, kThreads, kSmemBytes, packed);
 }
 
 }  // namespace
