@@ -10,11 +10,15 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -40,6 +44,42 @@ std::array<std::atomic<pid_t>, kMaxGroups> g_groups{};
 // Held from a spawn until its group is registered, and while orphans are swept, so that a
 // child just started is never taken for an orphan.
 std::mutex g_spawn_mutex;
+
+// Runs `spawn` on one thread that lasts as long as the process, and returns what it returns. A
+// worker asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG, run/sandbox.h), and
+// the parent there is the thread that spawned it: a child spawned from a thread that ends first
+// (a device lane's, a std::async task's) would be killed with that thread.
+int on_lasting_thread(const std::function<int()>& spawn) {
+  struct Spawner {
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::deque<std::packaged_task<int()>> tasks;
+    Spawner() {
+      std::thread([this] {
+        for (;;) {
+          std::packaged_task<int()> task;
+          {
+            std::unique_lock lock(mutex);
+            ready.wait(lock, [&] { return !tasks.empty(); });
+            task = std::move(tasks.front());
+            tasks.pop_front();
+          }
+          task();
+        }
+      }).detach();
+    }
+  };
+  // Never destroyed: its thread runs until the process ends, past static destructors.
+  static Spawner* const spawner = new Spawner();
+  std::packaged_task<int()> task(spawn);
+  std::future<int> result = task.get_future();
+  {
+    const std::lock_guard lock(spawner->mutex);
+    spawner->tasks.push_back(std::move(task));
+  }
+  spawner->ready.notify_one();
+  return result.get();
+}
 
 void register_group(pid_t pgid) {
   for (auto& slot : g_groups) {
@@ -313,12 +353,13 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, const std::string& log
   posix_spawn_file_actions_adddup2(&actions, replies.write_end(), out_fd);
   const OwnGroup group;
   auto c_argv = to_c_argv(argv);
-  int rc = 0;
-  {
+  const int rc = on_lasting_thread([&] {
     const std::lock_guard lock(g_spawn_mutex);
-    rc = posix_spawn(&pid_, c_argv[0], &actions, group.get(), c_argv.data(), environ);
-    if (rc == 0) register_group(pid_);
-  }
+    const int spawned =
+        posix_spawn(&pid_, c_argv[0], &actions, group.get(), c_argv.data(), environ);
+    if (spawned == 0) register_group(pid_);
+    return spawned;
+  });
   posix_spawn_file_actions_destroy(&actions);
   ::close(log_fd);
   if (rc != 0) throw Error(fmt::format("cannot start {}: {}", argv.at(0), std::strerror(rc)));

@@ -6,9 +6,10 @@
  * param: B = 0 in {0, 1, 2, 3, 4}
  */
 // A test file for tunes on several devices: RMSNorm on the CPU with a bowl-shaped cost. Each
-// call first waits 1 + (A - 2)^2 + (B - 3)^2 units of a busy loop, so the one fastest variant
-// (A = 2, B = 3) is twice as fast as its nearest neighbours, a margin that survives the noise
-// of a loaded two-core machine. The result does not depend on A or B.
+// call first waits 1 + 3 ((A - 2)^2 + (B - 3)^2) units of a busy loop, so the one fastest
+// variant (A = 2, B = 3) is about three times as fast as its nearest neighbours, a margin that
+// survives the noise of a two-core machine timing on both cores. The result does not depend on
+// A or B.
 //
 // Tunables:
 //   A, B  the bowl's coordinates.
@@ -76,8 +77,8 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   auto* y_data = static_cast<kf_elem*>(y.data);                   // y: [M, N]
   const acc_t eps = acc_t(args->scalars[0]);
 
-  constexpr int kUnits = 1 + (A - 2) * (A - 2) + (B - 3) * (B - 3);
-  for (volatile int spin = 0; spin < kUnits * 20000; ++spin) {
+  constexpr int kUnits = 1 + 3 * ((A - 2) * (A - 2) + (B - 3) * (B - 3));
+  for (volatile int spin = 0; spin < kUnits * 10000; ++spin) {
   }
   for (int64_t row = 0; row < M; ++row) {
     const kf_elem* x_row = x_data + row * N;
