@@ -298,13 +298,13 @@ IdentifiedOp identify_signature_op(
     const fs::path& problem, const nlohmann::json& described,
     const std::function<std::optional<std::string>(const OpSpec&)>& model_disagrees) {
   const std::string where = problem.filename().string();
-  std::vector<const OpSpec*> fits;
+  std::vector<std::pair<const OpSpec*, Sizes>> fits;  // each with the sizes read off the tensors
   for (const OpSpec* op : all_ops()) {
     Sizes sizes;
     DType dtype = DType::f32;
     if (!op->name().starts_with("kb:") &&
         signature_misfit(*op, described, where, sizes, dtype).empty()) {
-      fits.push_back(op);
+      fits.emplace_back(op, std::move(sizes));
     }
   }
   if (fits.empty()) {
@@ -317,10 +317,7 @@ IdentifiedOp identify_signature_op(
   std::vector<std::string> agree;
   std::vector<std::string> unjudged;
   std::vector<std::string> differ;
-  for (const OpSpec* op : fits) {
-    Sizes sizes;
-    DType dtype = DType::f32;
-    signature_misfit(*op, described, where, sizes, dtype);
+  for (const auto& [op, sizes] : fits) {
     const std::string name(op->name());
     if (op->reference_flops(sizes) > kHostReferenceFlopLimit) {
       unjudged.push_back(name);
@@ -330,9 +327,6 @@ IdentifiedOp identify_signature_op(
       agree.push_back(name);
     }
   }
-  const auto names = [](const std::vector<std::string>& v) {
-    return fmt::format("{}", fmt::join(v, ", "));
-  };
   if (agree.size() == 1 && unjudged.empty()) {
     return {agree.front(),
             fmt::format("identified by its Model agreeing with {}'s reference", agree.front())};
@@ -344,17 +338,14 @@ IdentifiedOp identify_signature_op(
                         unjudged.front())};
   }
   if (agree.size() + unjudged.size() > 1) {
+    agree.insert(agree.end(), unjudged.begin(), unjudged.end());
     throw UsageError(fmt::format(
         "{} names no KFORGE_OP and could be any of {}: set KFORGE_OP to the one it computes", where,
-        names([&] {
-          std::vector<std::string> all = agree;
-          all.insert(all.end(), unjudged.begin(), unjudged.end());
-          return all;
-        }())));
+        fmt::join(agree, ", ")));
   }
   throw UsageError(fmt::format(
       "{} names no KFORGE_OP and its Model computes none of the ops whose signature it has ({})",
-      where, names(differ)));
+      where, fmt::join(differ, ", ")));
 }
 
 namespace {

@@ -220,7 +220,6 @@ class LiveEvaluator final : public Evaluator {
     const CompileResult build =
         compile_async(point, variant_at(space_, point, problem_.dtype, arch_)).get();
     EvaluationRecord r = evaluate(*state, point, build);
-    r.ran_on = lane.name;
     const std::lock_guard lock(db_mutex_);
     db_.put(r);
     return r;
@@ -338,8 +337,8 @@ class LiveEvaluator final : public Evaluator {
         r->verdict = Verdict::crash;
         r->stage = "device";
         r->detail = failure;
+        r->ran_on = lane.lane->name;
       }
-      r->ran_on = lane.lane->name;
       {
         const std::lock_guard lock(db_mutex_);
         db_.put(*r);
@@ -379,6 +378,7 @@ class LiveEvaluator final : public Evaluator {
     const KernelFile& file = *space_.files()[space_.point(point).file];
     EvaluationRecord r = new_record(problem_, device_key_, build.variant);
     r.method = kMeasurementMethod;
+    r.ran_on = lane.lane->name;
     r.compile_seconds = build.seconds;
     r.seed = input_seed_;
     r.registers = build.resources.max_registers();
