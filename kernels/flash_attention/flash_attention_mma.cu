@@ -5,11 +5,14 @@
  * param: WARPS = 4 in {2, 4, 8}
  * param: BLOCK_KV = 64 in {32, 64, 128}
  * derive: BLOCK_Q = 16 * WARPS
- * # Q, K and V tiles of 16-bit elements at head_dim 128, rows padded by 8 elements
- * derive: SMEM_BYTES = (BLOCK_Q + 2 * BLOCK_KV) * (128 + 8) * 2
+ * # a Q tile and two K and V tiles (double-buffered) of 16-bit elements at head_dim 128, rows
+ * # padded by 8 elements
+ * derive: SMEM_BYTES = (BLOCK_Q + 4 * BLOCK_KV) * (128 + 8) * 2
  * require: SMEM_BYTES <= max_shared_per_block
  * # registers per thread at head_dim 128: q fragments 32, o accumulators 64, scores BLOCK_KV / 2
- * derive: REGS_ESTIMATE = 32 + 64 + BLOCK_KV / 2 + 40
+ * # and as much again while they become P fragments, addresses and softmax state (about 40);
+ * # ptxas (sm_90a) used 168 at BLOCK_KV 32, 179 at 64, and spilled at 128
+ * derive: REGS_ESTIMATE = 32 + 64 + BLOCK_KV + 40
  * require: REGS_ESTIMATE <= 255 && REGS_ESTIMATE * 32 * WARPS <= regs_per_block
  * threads: 32 * WARPS
  * shared_bytes: SMEM_BYTES
@@ -22,7 +25,8 @@
 // rows. The block stages its Q tile in shared memory once, and each warp loads its rows' Q as
 // mma A fragments (ldmatrix) that stay in registers. Then the block walks the keys in tiles of
 // BLOCK_KV rows, K and V staged in shared memory (rows padded by 16 bytes, so the eight row
-// addresses of an ldmatrix fall in different banks). Per tile, each warp:
+// addresses of an ldmatrix fall in different banks) in two buffers: the next tile's copy
+// (cp.async) is in flight while the warps compute on this one. Per tile, each warp:
 //   1. S = Q K^T with mma: K's rows are the B operand as they lie (ldmatrix, no transpose);
 //   2. scales S to log2 units, masks keys past seq_len (and past the row under causal), and
 //      runs the online softmax on the accumulator fragments: with m the running maximum and l
@@ -112,9 +116,23 @@ __device__ __forceinline__ uint32_t pack_pair(float low, float high) {
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
+// 16 bytes from global to shared memory without passing through registers; with `valid` false
+// nothing is read and the 16 bytes are zeros.
+__device__ __forceinline__ void copy_16_async(kf_elem* dst, const kf_elem* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void commit_copies() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void wait_for_copies() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
 // tile[r][d] = src[row0 + r][d] for rows below seq_len and d < head_dim, else 0.
 // tile: [rows][kDim + kPad] in shared memory; src: [seq_len, head_dim] of this head.
-// packed: head_dim == kDim and src is 16-byte aligned, so rows move in 16-byte pieces.
+// packed: head_dim == kDim and src is 16-byte aligned, so rows move in 16-byte asynchronous
+// copies (complete after wait_for_copies()); otherwise element by element, at once.
 template <int kDim, int kRows>
 __device__ __forceinline__ void load_tile(kf_elem* __restrict__ tile,
                                           const kf_elem* __restrict__ src, int row0, int seq_len,
@@ -125,11 +143,9 @@ __device__ __forceinline__ void load_tile(kf_elem* __restrict__ tile,
     for (int p = int(threadIdx.x); p < kRows * kPiecesPerRow; p += kThreads) {
       const int r = p / kPiecesPerRow;
       const int d = p % kPiecesPerRow * 8;
-      uint4 piece = make_uint4(0, 0, 0, 0);
-      if (row0 + r < seq_len) {
-        piece = *reinterpret_cast<const uint4*>(src + int64_t(row0 + r) * kDim + d);
-      }
-      *reinterpret_cast<uint4*>(tile + r * kStride + d) = piece;
+      const bool valid = row0 + r < seq_len;
+      copy_16_async(tile + r * kStride + d, valid ? src + int64_t(row0 + r) * kDim + d : src,
+                    valid);
     }
   } else {
     for (int e = int(threadIdx.x); e < kRows * kDim; e += kThreads) {
@@ -160,8 +176,9 @@ __global__ void __launch_bounds__(kThreads)
 
   extern __shared__ uint4 smem[];                      // 16-byte aligned
   kf_elem* q_tile = reinterpret_cast<kf_elem*>(smem);  // q_tile: [kBlockQ][kStride]
-  kf_elem* k_tile = q_tile + kBlockQ * kStride;        // k_tile: [BLOCK_KV][kStride]
-  kf_elem* v_tile = k_tile + BLOCK_KV * kStride;       // v_tile: [BLOCK_KV][kStride]
+  // Buffer b's K and V tiles, each [BLOCK_KV][kStride].
+  const auto k_tile_of = [&](int b) { return q_tile + (kBlockQ + 2 * b * BLOCK_KV) * kStride; };
+  const auto v_tile_of = [&](int b) { return k_tile_of(b) + BLOCK_KV * kStride; };
 
   const int warp = int(threadIdx.x) / 32;
   const int lane = int(threadIdx.x) % 32;
@@ -178,7 +195,13 @@ __global__ void __launch_bounds__(kThreads)
   v += kv_offset;
   o += head_offset;
 
+  // Causal: no row of this block needs keys past its last row.
+  const int kv_end = causal ? min(seq_len, q0 + kBlockQ) : seq_len;
   load_tile<kDim, kBlockQ>(q_tile, q, q0, seq_len, head_dim, packed);
+  load_tile<kDim, BLOCK_KV>(k_tile_of(0), k, 0, seq_len, head_dim, packed);
+  load_tile<kDim, BLOCK_KV>(v_tile_of(0), v, 0, seq_len, head_dim, packed);
+  commit_copies();
+  wait_for_copies();
   __syncthreads();
   // This warp's 16 rows of Q as A fragments, one per 16 dimensions: matrix i of the ldmatrix
   // is rows 8 * (i % 2) + 0..7, dimensions 8 * (i / 2) + 0..7 of the step.
@@ -201,13 +224,18 @@ __global__ void __launch_bounds__(kThreads)
   float row_max[2] = {-INFINITY, -INFINITY};  // rows g and g + 8, log2 units
   float row_sum[2] = {0.0f, 0.0f};            // this lane's share of the running sums
 
-  // Causal: no row of this block needs keys past its last row.
-  const int kv_end = causal ? min(seq_len, q0 + kBlockQ) : seq_len;
-  for (int kv0 = 0; kv0 < kv_end; kv0 += BLOCK_KV) {
-    __syncthreads();  // every warp is done with the previous tiles
-    load_tile<kDim, BLOCK_KV>(k_tile, k, kv0, seq_len, head_dim, packed);
-    load_tile<kDim, BLOCK_KV>(v_tile, v, kv0, seq_len, head_dim, packed);
-    __syncthreads();
+  for (int kv0 = 0, buffer = 0; kv0 < kv_end; kv0 += BLOCK_KV, buffer ^= 1) {
+    // This tile is in `buffer`. The other buffer held the previous tile, which every warp is
+    // done with (the barrier that ended the last step): the next tile goes there meanwhile.
+    if (kv0 + BLOCK_KV < kv_end) {
+      load_tile<kDim, BLOCK_KV>(k_tile_of(buffer ^ 1), k, kv0 + BLOCK_KV, seq_len, head_dim,
+                                packed);
+      load_tile<kDim, BLOCK_KV>(v_tile_of(buffer ^ 1), v, kv0 + BLOCK_KV, seq_len, head_dim,
+                                packed);
+      commit_copies();
+    }
+    const kf_elem* k_tile = k_tile_of(buffer);
+    const kf_elem* v_tile = v_tile_of(buffer);
 
     // 1. S = Q K^T. For key octet j and two dimension steps at once: matrix i of the ldmatrix
     // is keys 8j + 0..7, dimensions 32 * (c / 2) + 8i + 0..7, which gives the B fragments of
@@ -289,6 +317,8 @@ __global__ void __launch_bounds__(kThreads)
         mma_16x8x16(o_acc[n + 1], p, b[2], b[3]);
       }
     }
+    wait_for_copies();
+    __syncthreads();  // the next tile is in, and this one is free for the tile after it
   }
 
   // O = o / l, l summed over the quad (a valid row always saw key 0, so l >= 1).
@@ -313,7 +343,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kDim>
 int launch(const kf_attention::Problem& p) {
-  constexpr int kSmemBytes = (kBlockQ + 2 * BLOCK_KV) * (kDim + kPad) * int(sizeof(kf_elem));
+  constexpr int kSmemBytes = (kBlockQ + 4 * BLOCK_KV) * (kDim + kPad) * int(sizeof(kf_elem));
   const bool packed = p.head_dim == kDim && kf_attention::is_aligned(p.q, 16) &&
                       kf_attention::is_aligned(p.k, 16) && kf_attention::is_aligned(p.v, 16);
   return kf_attention::launch(flash_attention_mma<kDim>, p, kBlockQ, kThreads, kSmemBytes, packed);

@@ -11,8 +11,10 @@
 #include "cli/loop_command.h"
 #include "compile/compiler.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/json_file.h"
 #include "core/run_info.h"
+#include "device/backend.h"
 #include "kernelbench/kernelbench_op.h"
 #include "loop/journal.h"
 #include "loop/workspace.h"
@@ -156,6 +158,31 @@ Scored score_task(const std::string& name, const fs::path& kernel, const DeviceF
   return s;
 }
 
+// What a task's score was measured on. A run that finds score.json in the task folder with the
+// same key (the same kernel and problem text, device and timing cap) reuses it, so a run killed
+// while scoring loses only the problem in hand, and a second run goes on from there.
+nlohmann::json score_key(const fs::path& kernel, const fs::path& problem, const DeviceFlags& device,
+                         double max_seconds) {
+  const std::string backend = pick_backend(device, nullptr);
+  const DeviceInfo info = backend == "cuda"
+                              ? list_cuda_devices().at(static_cast<size_t>(device.device))
+                              : cpu_device_info();
+  return {{"kernel", hash_hex(read_text_file(kernel))},
+          {"problem", hash_hex(read_text_file(problem))},
+          {"device", info.name + " " + info.uuid},
+          {"max_seconds", max_seconds}};
+}
+
+Scored score_saved(const std::string& name, const nlohmann::json& saved) {
+  Scored s;
+  s.eager.name = s.compile.name = name;
+  s.record = saved.at("record");
+  s.eager.passed = s.compile.passed = s.record.contains("kforge_us");
+  s.eager.speedup = s.record.value("speedup_eager", 0.0);
+  s.compile.speedup = s.record.value("speedup_compile", 0.0);
+  return s;
+}
+
 }  // namespace
 
 CLI::App* add_task_command(CLI::App& app, TaskFlags& flags, DeviceFlags& device) {
@@ -194,6 +221,9 @@ CLI::App* add_kernelbench_command(CLI::App& app, KernelBenchFlags& flags, Device
   cmd->add_option("--max-seconds", flags.max_seconds,
                   "Timing cap per kernel and experiment, and per timed function in the score");
   cmd->add_option("--json", flags.json_path, "Write the scores as JSON ('-': stdout)");
+  cmd->add_flag("--rescore", flags.rescore,
+                "Score every task again (by default a task whose kernel, problem, device and "
+                "timing cap are those of its saved score.json keeps that score)");
   add_device_flags(cmd, device);
   return cmd;
 }
@@ -240,8 +270,20 @@ int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
     kernels[best.name] = best.kernel;
   for (const std::string& name : names) {
     Scored s;
+    const fs::path saved_path = workspace / name / "score.json";
     try {
-      s = score_task(name, kernels.at(name), device, flags.max_seconds);
+      const nlohmann::json key = score_key(
+          kernels.at(name), workspace / "problems" / (name + ".py"), device, flags.max_seconds);
+      const nlohmann::json saved =
+          fs::exists(saved_path) ? read_json_file(saved_path) : nlohmann::json();
+      if (!flags.rescore && saved.value("key", nlohmann::json()) == key) {
+        s = score_saved(name, saved);
+        fmt::print("{}: scored earlier ({}), as {}\n", name, saved_path.string(),
+                   s.record.value("check", "?"));
+      } else {
+        s = score_task(name, kernels.at(name), device, flags.max_seconds);
+        write_json_atomically(saved_path, {{"key", key}, {"record", s.record}});
+      }
     } catch (const std::exception& e) {
       // A problem kforge could not check or time counts as not solved; the others go on.
       s.eager.name = s.compile.name = name;

@@ -26,6 +26,7 @@ struct KernelBenchFlags {
   MoveOnRules rules;
   double max_seconds = 1.0;  // timing cap per kernel per experiment, and per timed function
   std::string json_path;
+  bool rescore = false;  // score every task again, not reusing a task's score.json
 };
 
 CLI::App* add_task_command(CLI::App& app, TaskFlags& flags, DeviceFlags& device);

@@ -284,6 +284,9 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
 
 int main(int argc, char** argv) {
   using namespace kforge;
+  // Line by line into a log file too: a long run (a tune, a loop, a score) that is killed keeps
+  // every line it printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::vector<std::string> args(argv, argv + argc);
   install_kernelbench_resolver();  // ops named kb:NAME load KernelBench problems
   CLI::App app{"kforge: profile, check, time and tune GPU kernels"};

@@ -198,9 +198,10 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
         std::clamp<int64_t>((int64_t{1} << 29) / (s * s), 1, sizes.at("batch") * heads);
     DeviceFloats scores(static_cast<size_t>(chunk * s * s));
     const float one = 1.f, zero = 0.f;
-    // `count` query heads from q/o, against k/v advanced by kv_stride elements per head.
+    // `count` query heads from q/o, against k/v advanced by kv_stride elements per head. With
+    // `squares` (and V squared beforehand) o receives sum_j p_j^2 v_j^2, the magnitudes' squares.
     const auto attend = [&](const float* q, const float* k, const float* v, float* o, int64_t count,
-                            int64_t kv_stride) {
+                            int64_t kv_stride, bool squares) {
       // Row-major S[s, s] = Q[s, d] K[s, d]^T is column-major S^T = K Q^T.
       KF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
           handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s), static_cast<int>(s),
@@ -209,6 +210,7 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
           static_cast<int>(count), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
       launch_masked_softmax(scores.get(), count * s, s, static_cast<float>(scalars[0]),
                             scalars[1] != 0, stream);
+      if (squares) launch_square(scores.get(), count * s * s, stream);
       // Row-major O[s, d] = P[s, s] V[s, d] is column-major O^T = V^T P^T.
       KF_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
           handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d), static_cast<int>(s),
@@ -216,21 +218,28 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
           CUDA_R_32F, static_cast<int>(s), s * s, &zero, o, CUDA_R_32F, static_cast<int>(d), s * d,
           static_cast<int>(count), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
     };
-    if (group == 1) {
-      const int64_t bh = sizes.at("batch") * heads;
-      for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
-        attend(in[0]->get() + h0 * s * d, in[1]->get() + h0 * s * d, in[2]->get() + h0 * s * d,
-               out.get() + h0 * s * d, std::min(chunk, bh - h0), s * d);
+    const auto attend_all = [&](float* o, bool squares) {
+      if (group == 1) {
+        const int64_t bh = sizes.at("batch") * heads;
+        for (int64_t h0 = 0; h0 < bh; h0 += chunk) {
+          attend(in[0]->get() + h0 * s * d, in[1]->get() + h0 * s * d, in[2]->get() + h0 * s * d,
+                 o + h0 * s * d, std::min(chunk, bh - h0), s * d, squares);
+        }
+        return;
       }
-    } else {
       // Query heads kvi * group ... kvi * group + group - 1 read key/value head kvi.
       for (int64_t kvi = 0; kvi < sizes.at("batch") * kv_heads; ++kvi) {
         for (int64_t r0 = 0; r0 < group; r0 += chunk) {
           const int64_t h0 = kvi * group + r0;
           attend(in[0]->get() + h0 * s * d, in[1]->get() + kvi * s * d, in[2]->get() + kvi * s * d,
-                 out.get() + h0 * s * d, std::min(chunk, group - r0), 0);
+                 o + h0 * s * d, std::min(chunk, group - r0), 0, squares);
         }
       }
+    };
+    attend_all(out.get(), false);
+    if (magnitude) {
+      launch_square(in[2]->get(), sizes.at("batch") * kv_heads * s * d, stream);
+      attend_all(magnitude->get(), true);
     }
   } else {
     throw Error(fmt::format("no GPU reference for op '{}'", op));

@@ -147,14 +147,14 @@ TEST_F(GpuTest, BenchReportsTimeAndFractionOfCopyCeiling) {
 // report carries registers and occupancy), candidates are timed, and the winner passes all five
 // stages; a second tune answers from the database without compiling or timing.
 TEST_F(GpuTest, TuneFindsACheckedWinnerAndResumesFromTheDatabase) {
-  DevicePool devices("cuda", {0}, *compiler_, WorkerOptions{"cuda", 0, test::kforge_binary()});
+  DevicePool devices("cuda", {0}, compiler(), WorkerOptions{"cuda", 0, test::kforge_binary()});
   ResultsDb db(test::temp_dir("tune") / "results.sqlite");
   const KernelFile file = KernelFile::load(test::kernels_dir() + "/softmax/softmax_rowblock.cu");
   const TuneProblem problem{find_op("softmax"), {{"rows", 2048}, {"cols", 4096}}, DType::bf16};
   TuneOptions options;
   options.strategy = "local";
   options.max_evaluations = 12;
-  Tuner tuner(db, compiler_.get(), &devices);
+  Tuner tuner(db, &compiler(), &devices);
   const TuneReport first = tuner.tune({&file}, problem, options);
   ASSERT_TRUE(first.best.has_value()) << "no variant passed";
   const auto& best = first.evaluations[*first.best].record;

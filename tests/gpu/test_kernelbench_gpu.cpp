@@ -65,6 +65,21 @@ TEST(KernelBenchGpu, ScoresProblemsAgainstTheirModels) {
   // The edit that computed nothing was reverted as WRONG and the start stayed the best.
   const std::string log = read_text_file(dir / "ws" / "01_softmax" / "results.tsv");
   EXPECT_NE(log.find("WRONG"), std::string::npos) << log;
+
+  // A second run finds every task's score saved beside it, for the same kernel, problem and
+  // device, and reuses it: the same verdicts and fast_p, nothing measured again.
+  const fs::path json_again = dir / "score-again.json";
+  const CommandResult again =
+      run_command({test::kforge_binary(), "kernelbench", problems.string(), "--workspace",
+                   (dir / "ws").string(), "--max-seconds", "0.2", "--json", json_again.string()},
+                  std::chrono::minutes(10));
+  ASSERT_TRUE(again.ok()) << again.output;
+  int reused = 0;
+  for (size_t at = again.output.find("scored earlier"); at != std::string::npos;
+       at = again.output.find("scored earlier", at + 1))
+    ++reused;
+  EXPECT_EQ(reused, 3) << again.output;
+  EXPECT_EQ(read_json_file(json_again).at("fast_p"), score.at("fast_p"));
 }
 
 // Problems as KernelBench publishes them, without KFORGE_OP: kforge runs each Model beside the

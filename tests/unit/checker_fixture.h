@@ -36,12 +36,18 @@ class CheckerFixture : public ::testing::Test {
     return out;
   }
 
-  WorkerClient& worker_for(const std::string& backend) {
+  // The tests' one compiler, made on first use.
+  Compiler& compiler() {
     if (!compiler_) {
       CompilerOptions options;
       options.cache_dir = shared_module_cache();
       compiler_ = std::make_unique<Compiler>(options);
     }
+    return *compiler_;
+  }
+
+  WorkerClient& worker_for(const std::string& backend) {
+    compiler();
     auto& slot = backend == "cuda" ? cuda_worker_ : cpu_worker_;
     if (!slot) slot = std::make_unique<WorkerClient>(WorkerOptions{backend, 0, kforge_binary()});
     return *slot;

@@ -26,11 +26,15 @@ Tensors inputs(const OpSpec& spec, const Sizes& sizes, uint64_t seed,
   return t.inputs_as_double();
 }
 
-Tensors run(const OpSpec& spec, const Sizes& sizes, const Tensors& in) {
+// The reference's outputs; with `magnitudes`, followed by each output's magnitudes (for ops
+// whose tolerance is relative to them).
+Tensors run(const OpSpec& spec, const Sizes& sizes, const Tensors& in, bool magnitudes = false) {
   CaseTensors shapes(spec, sizes, DType::f32);
   Tensors out;
-  for (const auto& t : shapes.outputs())
-    out.emplace_back(static_cast<size_t>(t.numel()));
+  for (int copy = 0; copy < (magnitudes ? 2 : 1); ++copy) {
+    for (const auto& t : shapes.outputs())
+      out.emplace_back(static_cast<size_t>(t.numel()));
+  }
   spec.reference(sizes, in, spec.scalar_values(sizes), out);
   return out;
 }
@@ -94,6 +98,27 @@ TEST(References, AttentionEqualsSoftmaxOfScoresTimesV) {
       expect_near_all(slice(o), expected, 1e-12);
     }
   }
+}
+
+// Attention's magnitudes are those of the product P V as a matmul: the root-sum-square of
+// each output's terms p_j v_j.
+TEST(References, AttentionMagnitudesAreThoseOfThePVProduct) {
+  ASSERT_TRUE(op("flash_attention").tolerance_relative_to_magnitude());
+  const int64_t s = 7, d = 4;
+  const Sizes sizes = {{"batch", 1},    {"heads", 1},  {"seq_len", s},
+                       {"head_dim", d}, {"causal", 1}, {"scale_permille", 500},
+                       {"kv_heads", 1}};
+  const Tensors in = inputs(op("flash_attention"), sizes, 3, InputKind::mixed_scales);
+  const Tensors o = run(op("flash_attention"), sizes, in, true);
+  auto scores = matmul(in[0], transpose(in[1], s, d), s, s, d);
+  for (int64_t i = 0; i < s; ++i) {
+    for (int64_t j = 0; j < s; ++j)
+      scores[i * s + j] = j > i ? -INFINITY : 0.5 * scores[i * s + j];
+  }
+  const auto p = run(op("softmax"), {{"rows", s}, {"cols", s}}, {scores})[0];
+  const Tensors pv = run(op("matmul"), {{"M", s}, {"N", d}, {"K", s}}, {p, in[2]}, true);
+  expect_near_all(o[0], pv[0], 1e-12);
+  expect_near_all(o[1], pv[1], 1e-12);
 }
 
 // Grouped-query attention is attention with each key/value head repeated for its group of
