@@ -159,18 +159,22 @@ Scored score_task(const std::string& name, const fs::path& kernel, const DeviceF
 }
 
 // What a task's score was measured on. A run that finds score.json in the task folder with the
-// same key (the same kernel and problem text, device and timing cap) reuses it, so a run killed
-// while scoring loses only the problem in hand, and a second run goes on from there.
+// same key (the same kernel and problem text, device, timing cap and kforge commit) reuses it,
+// so a run killed while scoring loses only the problem in hand, and a second run goes on from
+// there. A kforge built from a modified tree has no commit that names its checks: it scores
+// everything again.
 nlohmann::json score_key(const fs::path& kernel, const fs::path& problem, const DeviceFlags& device,
                          double max_seconds) {
   const std::string backend = pick_backend(device, nullptr);
   const DeviceInfo info = backend == "cuda"
                               ? list_cuda_devices().at(static_cast<size_t>(device.device))
                               : cpu_device_info();
+  const GitState kforge = git_state();
   return {{"kernel", hash_hex(read_text_file(kernel))},
           {"problem", hash_hex(read_text_file(problem))},
           {"device", info.name + " " + info.uuid},
-          {"max_seconds", max_seconds}};
+          {"max_seconds", max_seconds},
+          {"kforge", kforge.dirty || kforge.sha == "unknown" ? "" : kforge.sha}};
 }
 
 Scored score_saved(const std::string& name, const nlohmann::json& saved) {
@@ -276,7 +280,8 @@ int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
           kernels.at(name), workspace / "problems" / (name + ".py"), device, flags.max_seconds);
       const nlohmann::json saved =
           fs::exists(saved_path) ? read_json_file(saved_path) : nlohmann::json();
-      if (!flags.rescore && saved.value("key", nlohmann::json()) == key) {
+      if (!flags.rescore && !key.at("kforge").get<std::string>().empty() &&
+          saved.value("key", nlohmann::json()) == key) {
         s = score_saved(name, saved);
         fmt::print("{}: scored earlier ({}), as {}\n", name, saved_path.string(),
                    s.record.value("check", "?"));

@@ -217,6 +217,16 @@ std::optional<EvaluationRecord> ResultsDb::find(const std::string& variant_key,
   return read_record(s);
 }
 
+std::optional<std::string> ResultsDb::checked_at(const std::string& variant_key,
+                                                 const std::string& device) const {
+  Statement s(db_,
+              "SELECT problem FROM evaluations WHERE variant_key = ? AND device = ? AND "
+              "stage = 'checked' ORDER BY recorded_at LIMIT 1");
+  s.add(variant_key).add(device);
+  if (!s.step()) return std::nullopt;
+  return s.text(0);
+}
+
 void ResultsDb::put(const EvaluationRecord& r) {
   Statement s(db_, fmt::format("INSERT OR REPLACE INTO evaluations ({}) VALUES ({})", kColumns,
                                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "

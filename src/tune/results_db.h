@@ -76,6 +76,9 @@ class ResultsDb {
 
   std::optional<EvaluationRecord> find(const std::string& variant_key, const std::string& problem,
                                        const std::string& device) const;
+  // A problem at which the variant passed its final check on `device`, if any.
+  std::optional<std::string> checked_at(const std::string& variant_key,
+                                        const std::string& device) const;
   // Inserts or replaces, and commits.
   void put(const EvaluationRecord& record);
   std::vector<EvaluationRecord> evaluations(const std::string& problem,

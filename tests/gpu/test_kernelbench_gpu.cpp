@@ -3,6 +3,7 @@
 // from the op it names failing every kforge kernel, and fast_p counting passed problems only.
 // Skipped where no CUDA device is visible or python3 cannot import torch with CUDA.
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <regex>
@@ -45,6 +46,10 @@ TEST(KernelBenchGpu, ScoresProblemsAgainstTheirModels) {
                          "$1\n  if (args) return KF_OK;");
   std::ofstream(edits / "1-skip.cu") << starter;
 
+  // Both runs below are one kforge commit, even from a modified tree (whose scores are never
+  // reused otherwise).
+  ::setenv("KFORGE_GIT_SHA", "kernelbench-gpu-test", 1);
+  ::unsetenv("KFORGE_GIT_DIRTY");
   const fs::path json = dir / "score.json";
   const CommandResult r =
       run_command({test::kforge_binary(), "kernelbench", problems.string(), "--workspace",

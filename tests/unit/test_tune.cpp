@@ -669,6 +669,32 @@ TEST(TuneCli, FixHoldsATunableAtOneValue) {
   EXPECT_NE(unknown.output.find("no tuned file declares it"), std::string::npos) << unknown.output;
 }
 
+// The final check runs the op's own sizes, so a winner that passed it at one size is not checked
+// again at the next (a --sizes all sweep's winners repeat).
+TEST(TuneCli, AWinnerCheckedAtOneSizeIsNotCheckedAgainAtAnother) {
+  const auto dir = test::temp_dir("tune-checked-once");
+  ::setenv("KFORGE_CACHE_DIR", (dir / "cache").c_str(), 1);
+  const auto tune = [&](const std::string& shape) {  // the file's defaults alone
+    const CommandResult r =
+        run_command({test::kforge_binary(), "tune",
+                     (test::source_root() / "kernels/softmax/softmax_cpu.cpp").string(), "--shape",
+                     shape, "--dtype", "f32", "--strategy", "given", "--db",
+                     (dir / "results.sqlite").string(), "--json", "-"},
+                    std::chrono::minutes(5));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto json_start = r.output.find("{\n");
+    EXPECT_NE(json_start, std::string::npos) << r.output;
+    return nlohmann::json::parse(r.output.substr(json_start));
+  };
+  const auto first = tune("64x128");
+  EXPECT_TRUE(first.at("final_check").get<std::string>().starts_with("PASS (seed"))
+      << first.at("final_check");
+  const auto second = tune("128x256");
+  EXPECT_EQ(second.at("best").at("variant_key"), first.at("best").at("variant_key"));
+  EXPECT_TRUE(second.at("final_check").get<std::string>().starts_with("PASS (recorded at softmax"))
+      << second.at("final_check");
+}
+
 TEST(TuneCli, UpdateTableMergesOneSize) {
   const auto dir = test::temp_dir("update-table");
   ::setenv("KFORGE_CACHE_DIR", (dir / "cache").c_str(), 1);
