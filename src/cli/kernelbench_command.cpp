@@ -226,8 +226,9 @@ CLI::App* add_kernelbench_command(CLI::App& app, KernelBenchFlags& flags, Device
                   "Timing cap per kernel and experiment, and per timed function in the score");
   cmd->add_option("--json", flags.json_path, "Write the scores as JSON ('-': stdout)");
   cmd->add_flag("--rescore", flags.rescore,
-                "Score every task again (by default a task whose kernel, problem, device and "
-                "timing cap are those of its saved score.json keeps that score)");
+                "Score every task again (by default a task whose kernel, problem, device, "
+                "timing cap and kforge commit are those of its saved score.json keeps that "
+                "score)");
   add_device_flags(cmd, device);
   return cmd;
 }
@@ -278,9 +279,13 @@ int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
     try {
       const nlohmann::json key = score_key(
           kernels.at(name), workspace / "problems" / (name + ".py"), device, flags.max_seconds);
-      const nlohmann::json saved =
-          fs::exists(saved_path) ? read_json_file(saved_path) : nlohmann::json();
-      if (!flags.rescore && !key.at("kforge").get<std::string>().empty() &&
+      nlohmann::json saved;
+      try {
+        if (fs::exists(saved_path)) saved = read_json_file(saved_path);
+      } catch (const std::exception&) {
+        // An unreadable saved score is no score: the task is scored again.
+      }
+      if (!flags.rescore && !key.at("kforge").get<std::string>().empty() && saved.is_object() &&
           saved.value("key", nlohmann::json()) == key) {
         s = score_saved(name, saved);
         fmt::print("{}: scored earlier ({}), as {}\n", name, saved_path.string(),
