@@ -158,23 +158,25 @@ Scored score_task(const std::string& name, const fs::path& kernel, const DeviceF
   return s;
 }
 
-// What a task's score was measured on. A run that finds score.json in the task folder with the
-// same key (the same kernel and problem text, device, timing cap and kforge commit) reuses it,
-// so a run killed while scoring loses only the problem in hand, and a second run goes on from
-// there. A kforge built from a modified tree has no commit that names its checks: it scores
-// everything again.
-nlohmann::json score_key(const fs::path& kernel, const fs::path& problem, const DeviceFlags& device,
-                         double max_seconds) {
-  const std::string backend = pick_backend(device, nullptr);
-  const DeviceInfo info = backend == "cuda"
+// What every task's score in a run is measured on: the device, the timing cap and kforge's
+// commit. With each task's kernel and problem text it keys the score saved in the task folder
+// (score.json): a run that finds the same key reuses it, so a run killed while scoring loses only
+// the problem in hand, and a second run goes on from there. A kforge built from a modified tree
+// has no commit that names its checks: its "kforge" is empty, and it scores everything again.
+nlohmann::json run_score_key(const DeviceFlags& device, double max_seconds) {
+  const DeviceInfo info = pick_backend(device, nullptr) == "cuda"
                               ? list_cuda_devices().at(static_cast<size_t>(device.device))
                               : cpu_device_info();
   const GitState kforge = git_state();
-  return {{"kernel", hash_hex(read_text_file(kernel))},
-          {"problem", hash_hex(read_text_file(problem))},
-          {"device", info.name + " " + info.uuid},
+  return {{"device", info.name + " " + info.uuid},
           {"max_seconds", max_seconds},
           {"kforge", kforge.dirty || kforge.sha == "unknown" ? "" : kforge.sha}};
+}
+
+nlohmann::json task_score_key(nlohmann::json key, const fs::path& kernel, const fs::path& problem) {
+  key["kernel"] = hash_hex(read_text_file(kernel));
+  key["problem"] = hash_hex(read_text_file(problem));
+  return key;
 }
 
 Scored score_saved(const std::string& name, const nlohmann::json& saved) {
@@ -273,20 +275,21 @@ int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
   std::map<std::string, fs::path> kernels;
   for (const TaskBest& best : workspace_bests(workspace))
     kernels[best.name] = best.kernel;
+  const nlohmann::json run_key = run_score_key(device, flags.max_seconds);
+  const bool reuse_scores = !flags.rescore && !run_key.at("kforge").get<std::string>().empty();
   for (const std::string& name : names) {
     Scored s;
     const fs::path saved_path = workspace / name / "score.json";
     try {
-      const nlohmann::json key = score_key(
-          kernels.at(name), workspace / "problems" / (name + ".py"), device, flags.max_seconds);
+      const nlohmann::json key =
+          task_score_key(run_key, kernels.at(name), workspace / "problems" / (name + ".py"));
       nlohmann::json saved;
       try {
         if (fs::exists(saved_path)) saved = read_json_file(saved_path);
       } catch (const std::exception&) {
         // An unreadable saved score is no score: the task is scored again.
       }
-      if (!flags.rescore && !key.at("kforge").get<std::string>().empty() && saved.is_object() &&
-          saved.value("key", nlohmann::json()) == key) {
+      if (reuse_scores && saved.is_object() && saved.value("key", nlohmann::json()) == key) {
         s = score_saved(name, saved);
         fmt::print("{}: scored earlier ({}), as {}\n", name, saved_path.string(),
                    s.record.value("check", "?"));

@@ -144,19 +144,20 @@ class FlashAttention final : public OpSpec {
       double sum = 0;
       for (auto& x : p)
         sum += (x = std::exp(x - best));
+      for (auto& x : p)
+        x /= sum;  // the probabilities
       double* oi = o.data() + row * d;
       std::fill(oi, oi + d, 0.0);
       for (int64_t j = 0; j <= last; ++j) {
         for (int64_t t = 0; t < d; ++t)
-          oi[t] += p[j] / sum * vh[j * d + t];
+          oi[t] += p[j] * vh[j * d + t];
       }
       if (out.size() > 1) {  // the root-sum-square of each output's terms
         double* rss = out[1].data() + row * d;
         std::fill(rss, rss + d, 0.0);
         for (int64_t j = 0; j <= last; ++j) {
-          const double pj = p[j] / sum;
           for (int64_t t = 0; t < d; ++t)
-            rss[t] += pj * pj * vh[j * d + t] * vh[j * d + t];
+            rss[t] += p[j] * p[j] * vh[j * d + t] * vh[j * d + t];
         }
         for (int64_t t = 0; t < d; ++t)
           rss[t] = std::sqrt(rss[t]);
