@@ -218,11 +218,15 @@ std::optional<EvaluationRecord> ResultsDb::find(const std::string& variant_key,
 }
 
 std::optional<std::string> ResultsDb::checked_at(const std::string& variant_key,
+                                                 const std::string& op,
                                                  const std::string& device) const {
+  // A problem key starts with its op's name and a space ("softmax 64x128 f32"); compared as a
+  // prefix, not with LIKE, whose '_' would match any character of an op's name.
+  const std::string prefix = op + " ";
   Statement s(db_,
               "SELECT problem FROM evaluations WHERE variant_key = ? AND device = ? AND "
-              "stage = 'checked' ORDER BY recorded_at LIMIT 1");
-  s.add(variant_key).add(device);
+              "stage = 'checked' AND substr(problem, 1, ?) = ? ORDER BY recorded_at LIMIT 1");
+  s.add(variant_key).add(device).add(static_cast<long long>(prefix.size())).add(prefix);
   if (!s.step()) return std::nullopt;
   return s.text(0);
 }

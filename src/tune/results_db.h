@@ -76,8 +76,10 @@ class ResultsDb {
 
   std::optional<EvaluationRecord> find(const std::string& variant_key, const std::string& problem,
                                        const std::string& device) const;
-  // A problem at which the variant passed its final check on `device`, if any.
-  std::optional<std::string> checked_at(const std::string& variant_key,
+  // A problem of `op` at which the variant passed its final check on `device`, if any. Only
+  // the same op: another op may take the same file against another reference (a KernelBench
+  // problem checked against its own Model).
+  std::optional<std::string> checked_at(const std::string& variant_key, const std::string& op,
                                         const std::string& device) const;
   // Inserts or replaces, and commits.
   void put(const EvaluationRecord& record);

@@ -811,8 +811,9 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
       break;
     }
     // The final check runs the op's own sizes, whatever size is tuned: a variant that passed it
-    // on this device for another size (a sweep's earlier size) has passed it.
-    if (const auto elsewhere = db_.checked_at(best.record.variant_key, best.record.device)) {
+    // on this device for another size of the same op (a sweep's earlier size) has passed it.
+    if (const auto elsewhere = db_.checked_at(
+            best.record.variant_key, std::string(problem.op->name()), best.record.device)) {
       best.record.stage = "checked";
       db_.put(best.record);
       report.final_check = fmt::format("PASS (recorded at {})", *elsewhere);

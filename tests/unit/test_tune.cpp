@@ -517,6 +517,30 @@ TEST_F(RecordedH200, GuidedStrategiesReachNinetyFivePercentOfTheOptimumWithAQuar
   }
 }
 
+// A variant's final check stands for the other sizes of its op only: another op may run the same
+// file against another reference (a KernelBench problem against its own Model), and an op whose
+// name another's begins with is another op.
+TEST(ResultsDb, ACheckStandsForItsOpAlone) {
+  ResultsDb db(test::temp_dir("checked-at") / "r.sqlite");
+  EvaluationRecord r;
+  r.variant_key = "k1";
+  r.problem = "rotary_embedding 1x4x64x64 f32";
+  r.device = "dev";
+  r.file = "f.cpp";
+  r.variant = "f.cpp [] f32 host";
+  r.stage = "checked";
+  db.put(r);
+  EXPECT_EQ(db.checked_at("k1", "rotary_embedding", "dev"), r.problem);
+  EXPECT_FALSE(db.checked_at("k1", "rotary_embedding_half", "dev"));
+  EXPECT_FALSE(db.checked_at("k1", "kb:rotary_embedding", "dev"));
+  EXPECT_FALSE(db.checked_at("k1", "rotary", "dev"));
+  EXPECT_FALSE(db.checked_at("k1", "rotary_embedding", "another device"));
+  r.variant_key = "k2";
+  r.stage = "timed";  // timed, never checked
+  db.put(r);
+  EXPECT_FALSE(db.checked_at("k2", "rotary_embedding", "dev"));
+}
+
 TEST(ResultsDb, RoundTripAndTunes) {
   const auto path = test::temp_dir("db") / "r.sqlite";
   EvaluationRecord r;
