@@ -451,6 +451,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // head_dim is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
     *reinterpret_cast<cutlass::Array<Element, 2>*>(o_head + int64_t(row) * p.head_dim + col) = pair;
   }
+#else
+  // Built for an architecture without wgmma (anything but sm_90a): fail loudly rather than
+  // return with O unwritten.
+  __trap();
 #endif
 }
 
