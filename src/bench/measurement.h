@@ -53,8 +53,8 @@ struct MeasureOptions {
   std::chrono::milliseconds timeout{0};  // 0: scaled to the problem
 };
 
-// A candidate whose fastest repeat of the previous inputs takes under this fraction of the
-// fastest tenth of its fresh samples is reusing work across calls.
+// A candidate whose every repeat of the previous inputs takes under this fraction of its
+// fastest fresh sample is reusing work across calls.
 inline constexpr double kReuseRatio = 0.6;
 
 struct Measurement {

@@ -31,11 +31,14 @@ const char* kind_name(SampleKind kind) {
   return "?";
 }
 
-// Positions of the probes among the first `min_samples` samples: never the first two, never
-// next to each other, so each probe follows a plain timed sample whose inputs it reuses.
+// Positions of the probes among the first samples: never the first two, never next to each
+// other, so each probe follows a plain timed sample whose inputs it reuses; and within the first
+// 2 + 3 per probe (and `min_samples`), so that a measurement its time cap cuts short still
+// takes them all (the reuse check judges only two repeats or more).
 std::map<size_t, SampleKind> probe_positions(const ProbePlan& plan, size_t min_samples, Rng& rng) {
+  const size_t window = std::min(min_samples, size_t(2 + 3 * (plan.repeats + plan.traps)));
   std::vector<size_t> candidates;
-  for (size_t i = 2; i < min_samples; ++i)
+  for (size_t i = 2; i < window; ++i)
     candidates.push_back(i);
   for (size_t i = candidates.size(); i > 1; --i)
     std::swap(candidates[i - 1], candidates[rng.next() % i]);
