@@ -8,6 +8,7 @@
  * param: DOWN_TILE_N = 256 in {128, 256}
  * param: DOWN_STAGES = 4 in {3, 4, 5}
  * param: DOWN_CLUSTER_M = 2 in {1, 2}
+ * param: PERSISTENT = 0 in {0, 1}
  * # gate-up: each consumer warp group holds a 64 x 2 TILE_N fp32 accumulator, [gate | up]
  * # (a consumer gets 232 registers by setmaxnreg; 192 accumulators fit, 256 spill). Down: a
  * # 128 x DOWN_TILE_N cooperative tile, 64 x DOWN_TILE_N per warp group.
@@ -63,6 +64,11 @@
 //   DOWN_TILE_N       columns of y per down tile (rows: 128).
 //   DOWN_STAGES       depth of the down GEMM's ring.
 //   DOWN_CLUSTER_M    down blocks per cluster along M.
+//   PERSISTENT        gate-up's grid: 0, a block per tile of h; 1, as many blocks (clusters) as
+//                     fit at once, each walking tiles in the same order (m fastest, so the tiles
+//                     in flight share weight slices in L2). Its producer goes on loading the
+//                     next tile's first slices while the consumers run this tile's epilogue,
+//                     and no block pays a launch and a barrier set-up per tile.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -141,17 +147,38 @@ struct GateUpParams {
   typename GateUpMainloop::Params stacked;  // what the consumers' mma() takes (it reads none)
   Element* h;                               // h: [batch, hidden]
   int batch, hidden, dim;
+  int m_blocks;  // tiles of h along M, rounded up to whole clusters
+  int n_tiles;   // tiles of h along N
 };
+
+// Calls f(m, n) for each tile of h this block computes, in order. A block per tile, or
+// (PERSISTENT) a grid of whole clusters walking the tiles: cluster c takes cluster tiles c,
+// c + clusters, ..., each CLUSTER_M tiles along M that share a weight slice (so both blocks of a
+// cluster walk the same n, as the multicast needs), numbered m fastest.
+template <typename F>
+__device__ void for_each_tile(const GateUpParams& p, F&& f) {
+  if constexpr (!PERSISTENT) {
+    f(int(blockIdx.x), int(blockIdx.y));
+  } else {
+    const int rank = int(blockIdx.x) % CLUSTER_M;
+    const int clusters = int(gridDim.x) / CLUSTER_M;
+    const int m_groups = p.m_blocks / CLUSTER_M;
+    const int64_t tiles = int64_t(m_groups) * p.n_tiles;
+    for (int64_t t = int(blockIdx.x) / CLUSTER_M; t < tiles; t += clusters)
+      f(int(t % m_groups) * CLUSTER_M + rank, int(t / m_groups));
+  }
+}
 
 __device__ __forceinline__ float silu(float v) {
   return v / (1.0f + __expf(-v));
 }
 
-// The producer's loop: per K slice, x's slice and both weights' slices into one ring stage,
-// all counted by the stage's "full" barrier. Weight slices are multicast to the cluster's
-// CLUSTER_M blocks (each issues its share), x's are not (no two blocks share rows).
+// The producer's loop over tile (m, n): per K slice, x's slice and both weights' slices into
+// one ring stage, all counted by the stage's "full" barrier. Weight slices are multicast to the
+// cluster's CLUSTER_M blocks (each issues its share), x's are not (no two blocks share rows).
+// `write` carries on from tile to tile.
 __device__ void load_gate_up(const GateUpParams& p, GateUpPipeline& pipeline, GateUpShared& shared,
-                             int k_tiles) {
+                             int k_tiles, int m, int n, GateUpPipelineState& write) {
   using namespace cute;
   const auto problem = make_shape(p.batch, p.hidden, p.dim, 1);
   HalfMainloop half;
@@ -169,8 +196,6 @@ __device__ void load_gate_up(const GateUpParams& p, GateUpPipeline& pipeline, Ga
   };
   const uint16_t weight_mask = uint16_t((1u << CLUSTER_M) - 1);  // every block of the cluster
 
-  auto write = cutlass::make_producer_start_state<GateUpPipeline>();
-  const int m = int(blockIdx.x), n = int(blockIdx.y);
   Tensor x_src = x_copy.partition_S(get<0>(gate_inputs)(_, _, m, _, 0));  // (.., k)
   Tensor gate_src = gate_copy.partition_S(get<1>(gate_inputs)(_, _, n, _, 0));
   Tensor up_src = up_copy.partition_S(get<1>(up_inputs)(_, _, n, _, 0));
@@ -185,8 +210,6 @@ __device__ void load_gate_up(const GateUpParams& p, GateUpPipeline& pipeline, Ga
          up_copy.partition_D(b_half(stage, 1)));
     ++write;
   }
-  // Blocks of a cluster must not exit while their multicasts may still land in a peer.
-  pipeline.producer_tail(write);
 }
 
 __global__ void __launch_bounds__(kGateUpThreads, 1)
@@ -226,41 +249,50 @@ __global__ void __launch_bounds__(kGateUpThreads, 1)
   const int k_tiles = (p.dim + kTileK - 1) / kTileK;
   if (is_producer) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
-    if (is_loader && elect_one_sync()) load_gate_up(p, pipeline, shared, k_tiles);
+    if (is_loader && elect_one_sync()) {
+      auto write = cutlass::make_producer_start_state<GateUpPipeline>();
+      for_each_tile(p,
+                    [&](int m, int n) { load_gate_up(p, pipeline, shared, k_tiles, m, n, write); });
+      // Blocks of a cluster must not exit while their multicasts may still land in a peer.
+      pipeline.producer_tail(write);
+    }
     return;
   }
 
   cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
   const int consumer_idx = thread_idx - kProducerThreads;
   GateUpTiledMma tiled_mma;
-  Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(StackedTile{}));  // [gate | up]
   GateUpMainloop mainloop;
   GateUpPipelineState read;
-  mainloop.mma(pipeline, read, acc, k_tiles, consumer_idx, shared.tensors, p.stacked);
-  mainloop.mma_tail(pipeline, read, k_tiles);
-
-  // h = silu(gate) * up. One wgmma atom covers a warp group's 64 x 2 TILE_N: a thread holds
-  // column pairs (c, c + 1) every 8 columns, so its fragment's first half is gate columns and
-  // the second half the same columns of up, TILE_N / 2 values later.
-  static_assert(decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1,
-                "one wgmma atom per warp group");
-  constexpr int kHalf = decltype(size(acc))::value / 2;
-  static_assert(kHalf == TILE_N / 2, "TILE_N / 2 gate values per thread");
   // A thread's (row, column) in the stacked tile for each accumulator value.
   Tensor coords = tiled_mma.get_thread_slice(consumer_idx)
                       .partition_C(make_identity_tensor(take<0, 2>(StackedTile{})));
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < kHalf; i += 2) {
-    const auto [r, c] = coords(i);  // c + 1 at i + 1
-    const int64_t row = int64_t(blockIdx.x) * kTileM + r;
-    const int64_t col = int64_t(blockIdx.y) * TILE_N + c;
-    if (row >= p.batch || col >= p.hidden) continue;
-    cutlass::AlignedArray<Element, 2> pair;
-    pair[0] = Element(silu(acc(i)) * acc(i + kHalf));
-    pair[1] = Element(silu(acc(i + 1)) * acc(i + 1 + kHalf));
-    // hidden is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
-    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(p.h + row * p.hidden + col) = pair;
-  }
+  for_each_tile(p, [&](int m, int n) {
+    Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(StackedTile{}));  // [gate | up]
+    mainloop.mma(pipeline, read, acc, k_tiles, consumer_idx, shared.tensors, p.stacked);
+    mainloop.mma_tail(pipeline, read, k_tiles);  // every wgmma retired, every stage released
+    read.advance(k_tiles);
+
+    // h = silu(gate) * up. One wgmma atom covers a warp group's 64 x 2 TILE_N: a thread holds
+    // column pairs (c, c + 1) every 8 columns, so its fragment's first half is gate columns
+    // and the second half the same columns of up, TILE_N / 2 values later.
+    static_assert(decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1,
+                  "one wgmma atom per warp group");
+    constexpr int kHalf = decltype(size(acc))::value / 2;
+    static_assert(kHalf == TILE_N / 2, "TILE_N / 2 gate values per thread");
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kHalf; i += 2) {
+      const auto [r, c] = coords(i);  // c + 1 at i + 1
+      const int64_t row = int64_t(m) * kTileM + r;
+      const int64_t col = int64_t(n) * TILE_N + c;
+      if (row >= p.batch || col >= p.hidden) continue;
+      cutlass::AlignedArray<Element, 2> pair;
+      pair[0] = Element(silu(acc(i)) * acc(i + kHalf));
+      pair[1] = Element(silu(acc(i + 1)) * acc(i + 1 + kHalf));
+      // hidden is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
+      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(p.h + row * p.hidden + col) = pair;
+    }
+  });
 #endif
 }
 
@@ -340,7 +372,8 @@ int run_plain(const MlpCall& c, kf_elem* h) {
 struct DeviceSetup {
   bool ready = false;
   int sm_count = 0;
-  int down_clusters = 0;  // down clusters that fit at once
+  int gate_up_clusters = 0;  // gate-up clusters that fit at once
+  int down_clusters = 0;     // down clusters that fit at once
 };
 
 // Clusters of `cluster_size` blocks of `kernel` that fit on the device at once (0 if unknown).
@@ -377,13 +410,15 @@ bool setup_device(int device, DeviceSetup& setup) {
                            DownKernel::SharedStorageSize) != cudaSuccess) {
     return false;
   }
+  setup.gate_up_clusters = clusters_that_fit(reinterpret_cast<const void*>(gate_up_kernel),
+                                             CLUSTER_M, kGateUpThreads, int(sizeof(GateUpShared)));
   setup.down_clusters = clusters_that_fit(down, DOWN_CLUSTER_M, DownKernel::MaxThreadsPerBlock,
                                           DownKernel::SharedStorageSize);
   setup.ready = true;
   return true;
 }
 
-int run_gate_up(const MlpCall& c, Element* h) {
+int run_gate_up(const MlpCall& c, Element* h, const DeviceSetup& setup) {
   const auto problem = cute::make_shape(c.batch, c.hidden, c.dim, 1);
   using StrideX = typename HalfMainloop::StrideA;  // (M, K, L)
   using StrideW = typename HalfMainloop::StrideB;  // (N, K, L)
@@ -392,6 +427,10 @@ int run_gate_up(const MlpCall& c, Element* h) {
   const auto* x = reinterpret_cast<const Element*>(c.x);
   const auto* w_gate = reinterpret_cast<const Element*>(c.w_gate);
   const auto* w_up = reinterpret_cast<const Element*>(c.w_up);
+  const int64_t m_tiles = (int64_t(c.batch) + kTileM - 1) / kTileM;
+  const int64_t n_tiles = (int64_t(c.hidden) + TILE_N - 1) / TILE_N;
+  const int64_t m_blocks = (m_tiles + CLUSTER_M - 1) / CLUSTER_M * CLUSTER_M;
+  if (m_blocks > INT32_MAX || n_tiles > 65535) return KF_ERR_UNSUPPORTED;
   const GateUpParams params{
       HalfMainloop::to_underlying_arguments(problem, {x, x_stride, w_gate, w_stride}, nullptr),
       HalfMainloop::to_underlying_arguments(problem, {x, x_stride, w_up, w_stride}, nullptr),
@@ -399,17 +438,23 @@ int run_gate_up(const MlpCall& c, Element* h) {
       h,
       c.batch,
       c.hidden,
-      c.dim};
-  const int64_t m_tiles = (int64_t(c.batch) + kTileM - 1) / kTileM;
-  const int64_t n_tiles = (int64_t(c.hidden) + TILE_N - 1) / TILE_N;
-  const int64_t m_blocks = (m_tiles + CLUSTER_M - 1) / CLUSTER_M * CLUSTER_M;
-  if (m_blocks > INT32_MAX || n_tiles > 65535) return KF_ERR_UNSUPPORTED;
+      c.dim,
+      int(m_blocks),
+      int(n_tiles)};
+  // A block per tile, or (PERSISTENT) as many whole clusters as fit at once, none idle.
+  dim3 grid(unsigned(m_blocks), unsigned(n_tiles), 1);
+  if constexpr (PERSISTENT) {
+    const int64_t cluster_tiles = m_blocks / CLUSTER_M * n_tiles;
+    const int64_t fit = setup.gate_up_clusters > 0 ? setup.gate_up_clusters
+                                                   : std::max(1, setup.sm_count / CLUSTER_M);
+    grid = dim3(unsigned(std::min(cluster_tiles, fit) * CLUSTER_M), 1, 1);
+  }
 
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim = {unsigned(CLUSTER_M), 1, 1};
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(m_blocks), unsigned(n_tiles), 1);
+  config.gridDim = grid;
   config.blockDim = dim3(kGateUpThreads, 1, 1);
   config.dynamicSmemBytes = sizeof(GateUpShared);
   config.stream = c.stream;
@@ -482,6 +527,8 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
     return KF_ERR_LAUNCH;
   }
   auto* h_element = reinterpret_cast<Element*>(h);
-  if (const int status = run_gate_up(call, h_element); status != KF_OK) return status;
+  if (const int status = run_gate_up(call, h_element, setups[device]); status != KF_OK) {
+    return status;
+  }
   return run_down(call, h_element, setups[device], device);
 }
