@@ -444,12 +444,15 @@ int run_gate_up(const MlpCall& c, Element* h, const DeviceSetup& setup) {
   // A block per tile, or (PERSISTENT) as many whole clusters as fit at once, none idle.
   dim3 grid(unsigned(m_blocks), unsigned(n_tiles), 1);
   if constexpr (PERSISTENT) {
+    // Where the device would not say how many clusters fit, each cluster takes one cluster tile
+    // (a guess could ask for more than fit, and the extra ones would start only at the end).
     const int64_t cluster_tiles = m_blocks / CLUSTER_M * n_tiles;
-    const int64_t fit = setup.gate_up_clusters > 0 ? setup.gate_up_clusters
-                                                   : std::max(1, setup.sm_count / CLUSTER_M);
-    grid = dim3(unsigned(std::min(cluster_tiles, fit) * CLUSTER_M), 1, 1);
+    const int64_t clusters = setup.gate_up_clusters > 0
+                                 ? std::min<int64_t>(cluster_tiles, setup.gate_up_clusters)
+                                 : cluster_tiles;
+    if (clusters * CLUSTER_M > INT32_MAX) return KF_ERR_UNSUPPORTED;
+    grid = dim3(unsigned(clusters * CLUSTER_M), 1, 1);
   }
-
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim = {unsigned(CLUSTER_M), 1, 1};
