@@ -378,7 +378,27 @@ __global__ void __launch_bounds__(kThreads, 1)
     return (n + 1) * BLOCK_N > p.seq_len || (p.causal && (n + 1) * BLOCK_N - 1 > m_block * kBlockM);
   };
 
+  // The two products, each issued once its tile has landed, and the release of a tile once
+  // the product that read it has retired.
   PipelineState read_k, read_v;
+  const auto issue_scores = [&]() {  // S = Q K^T
+    k_pipeline.consumer_wait(read_k);
+    issue_gemm<true>(mma_qk, q_operand, k_operand(_, _, _, read_k.index()), s);
+  };
+  const auto issue_product = [&]() {  // O += P V
+    v_pipeline.consumer_wait(read_v);
+    warpgroup_fence_operand(prob);
+    issue_gemm<false>(mma_pv, prob, v_operand(_, _, _, read_v.index()), o);
+  };
+  const auto release_k = [&]() {
+    k_pipeline.consumer_release(read_k);
+    ++read_k;
+  };
+  const auto release_v = [&]() {
+    v_pipeline.consumer_release(read_v);
+    ++read_v;
+  };
+
   if constexpr (PINGPONG) {
     if (consumer == 1) pass_turn(consumer);  // consumer 0 issues first
   }
@@ -387,12 +407,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // First tile (the last keys): S alone.
   int n = n_tiles - 1;
   wait_for_turn(consumer);
-  k_pipeline.consumer_wait(read_k);
-  issue_gemm<true>(mma_qk, q_operand, k_operand(_, _, _, read_k.index()), s);
+  issue_scores();
   pass_turn(consumer);
   wait_for_gemms<0>(s);
-  k_pipeline.consumer_release(read_k);
-  ++read_k;
+  release_k();
   clear(o);
   softmax(n, needs_mask(n));
   round_s_into_p();
@@ -401,31 +419,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   // softmax while P V runs.
   for (--n; n >= 0; --n) {
     wait_for_turn(consumer);
-    k_pipeline.consumer_wait(read_k);
-    issue_gemm<true>(mma_qk, q_operand, k_operand(_, _, _, read_k.index()), s);
-    v_pipeline.consumer_wait(read_v);
-    warpgroup_fence_operand(prob);
-    issue_gemm<false>(mma_pv, prob, v_operand(_, _, _, read_v.index()), o);
+    issue_scores();
+    issue_product();
     pass_turn(consumer);
     wait_for_gemms<1>(s);  // S_n is in; P V may still run
-    k_pipeline.consumer_release(read_k);
-    ++read_k;
+    release_k();
     softmax(n, needs_mask(n));
     wait_for_gemms<0>(o, prob);  // prob may now be overwritten
-    v_pipeline.consumer_release(read_v);
-    ++read_v;
+    release_v();
     rescale_o();
     round_s_into_p();
   }
 
   // The last product.
   wait_for_turn(consumer);
-  v_pipeline.consumer_wait(read_v);
-  warpgroup_fence_operand(prob);
-  issue_gemm<false>(mma_pv, prob, v_operand(_, _, _, read_v.index()), o);
+  issue_product();
   pass_turn(consumer);
   wait_for_gemms<0>(o, prob);
-  v_pipeline.consumer_release(read_v);
+  release_v();
   // Consumer 1's first pass_turn left consumer 0's barrier one arrival ahead: take it.
   if constexpr (PINGPONG) {
     if (consumer == 0) wait_for_turn(consumer);
@@ -445,11 +456,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int col = get<1>(o_coord(i));  // col + 1 at i + 1
     if (row >= p.seq_len || col >= p.head_dim) continue;
     const float scale = inverse_sum[row_half(i)];
-    cutlass::Array<Element, 2> pair;
+    cutlass::AlignedArray<Element, 2> pair;
     pair[0] = Element(o(i) * scale);
     pair[1] = Element(o(i + 1) * scale);
     // head_dim is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
-    *reinterpret_cast<cutlass::Array<Element, 2>*>(o_head + int64_t(row) * p.head_dim + col) = pair;
+    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(o_head + int64_t(row) * p.head_dim +
+                                                          col) = pair;
   }
 #else
   // Built for an architecture without wgmma (anything but sm_90a): fail loudly rather than

@@ -517,18 +517,25 @@ TEST_F(RecordedH200, GuidedStrategiesReachNinetyFivePercentOfTheOptimumWithAQuar
   }
 }
 
+// Variant k1 (f.cu, A = 1) of `problem` on device "dev", at `stage`.
+EvaluationRecord evaluation_record(const std::string& problem, const std::string& stage) {
+  EvaluationRecord r;
+  r.variant_key = "k1";
+  r.problem = problem;
+  r.device = "dev";
+  r.file = "f.cu";
+  r.variant = "f.cu [A=1] bf16 sm_90a";
+  r.params = {{"A", 1}};
+  r.stage = stage;
+  return r;
+}
+
 // A variant's final check stands for the other sizes of its op only: another op may run the same
 // file against another reference (a KernelBench problem against its own Model), and an op whose
 // name another's begins with is another op.
 TEST(ResultsDb, ACheckStandsForItsOpAlone) {
   ResultsDb db(test::temp_dir("checked-at") / "r.sqlite");
-  EvaluationRecord r;
-  r.variant_key = "k1";
-  r.problem = "rotary_embedding 1x4x64x64 f32";
-  r.device = "dev";
-  r.file = "f.cpp";
-  r.variant = "f.cpp [] f32 host";
-  r.stage = "checked";
+  EvaluationRecord r = evaluation_record("rotary_embedding 1x4x64x64 f32", "checked");
   db.put(r);
   EXPECT_EQ(db.checked_at("k1", "rotary_embedding", "dev"), r.problem);
   EXPECT_FALSE(db.checked_at("k1", "rotary_embedding_half", "dev"));
@@ -543,14 +550,7 @@ TEST(ResultsDb, ACheckStandsForItsOpAlone) {
 
 TEST(ResultsDb, RoundTripAndTunes) {
   const auto path = test::temp_dir("db") / "r.sqlite";
-  EvaluationRecord r;
-  r.variant_key = "k1";
-  r.problem = "rmsnorm 8x8 bf16";
-  r.device = "dev";
-  r.file = "f.cu";
-  r.variant = "f.cu [A=1] bf16 sm_90a";
-  r.params = {{"A", 1}};
-  r.stage = "timed";
+  EvaluationRecord r = evaluation_record("rmsnorm 8x8 bf16", "timed");
   r.registers = 40;
   r.occupancy = 0.75;
   r.stats.count = 20;
