@@ -78,7 +78,7 @@ std::string starter_kernel(std::string_view op, bool cuda, DType dtype) {
   }
   // Attention takes f16 and bf16 only, on the tensor cores (flash_attention_tiled.cu, its
   // CUDA-core predecessor, stays in the library as a second file).
-  if (op == "flash_attention") return "flash_attention/flash_attention_mma.cu";
+  if (op == "flash_attention") return "flash_attention/flash_attention_wgmma.cu";
   const bool tiled = op == "matmul" || op == "fused_mlp";
   return fmt::format("{0}/{0}_{1}.cu", op, tiled ? "tiled" : "rowblock");
 }

@@ -146,19 +146,21 @@ nlohmann::json LibraryChoice::to_json() const {
   return j;
 }
 
-namespace {
-
-// Sum over size names of |log(a / b)|: 0 for equal problems, growing with every factor of
-// difference in any dimension. Sizes missing from either side count as far apart.
 double size_distance(const Sizes& a, const Sizes& b) {
   double d = 0;
   for (const auto& [name, value] : a) {
     const auto it = b.find(name);
-    if (it == b.end() || value <= 0 || it->second <= 0) return std::numeric_limits<double>::max();
-    d += std::abs(std::log(static_cast<double>(value) / static_cast<double>(it->second)));
+    if (it == b.end()) return std::numeric_limits<double>::max();
+    if (value > 0 && it->second > 0) {
+      d += std::abs(std::log(static_cast<double>(value) / static_cast<double>(it->second)));
+    } else if (value != it->second) {
+      d += kOtherFlagDistance;
+    }
   }
   return d;
 }
+
+namespace {
 
 // `params` as a complete, valid tuning of `file`: every name a tunable of the file, every value
 // one of its candidates, every requirement and launch limit holding at `sizes` on `device`.

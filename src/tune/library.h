@@ -80,6 +80,15 @@ int record_table_check(const std::filesystem::path& path, const std::string& fil
 // "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200-cc-9-0": safe in a file name.
 std::string file_name_slug(std::string text);
 
+// How far apart two problems are for the nearest-row rule: over `a`'s size names, |log(a / b)|
+// where both are positive (0 for equal problems, growing with every factor of difference); a
+// name that is 0 or negative on either side (a flag such as causal, or 0 for "the default") adds
+// nothing where the two agree and kOtherFlagDistance where they do not, more than any difference
+// of dimensions, so a row with the same flags is always nearer. A name missing from `b` makes
+// them unrelated (the largest double).
+inline constexpr double kOtherFlagDistance = 1000.0;
+double size_distance(const Sizes& a, const Sizes& b);
+
 struct LibraryChoice {
   std::filesystem::path file;
   ParamValues params;  // the tunables to compile with; missing ones take the file's defaults

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -256,6 +257,28 @@ TEST_F(LibraryChoiceTest, OtherSizesTakeTheNearestRowOnALogScale) {
   const LibraryChoice e = choose(mn(65536, 16384));
   EXPECT_EQ(e.source, LibraryChoice::Source::nearest_size);
   EXPECT_EQ(e.tuned_shape, "4096x4096");
+}
+
+TEST(SizeDistance, FlagsThatAgreeCostNothingAndFlagsThatDifferOutweighDimensions) {
+  const Sizes causal = {{"batch", 4}, {"heads", 32}, {"causal", 1}, {"scale_permille", 0}};
+  Sizes non_causal = causal;
+  non_causal["causal"] = 0;
+  // Zeros that agree (scale_permille = 0, causal = 0) are the same problem.
+  EXPECT_DOUBLE_EQ(size_distance(causal, causal), 0.0);
+  EXPECT_DOUBLE_EQ(size_distance(non_causal, non_causal), 0.0);
+  // Dimensions still count on a log scale beside them.
+  Sizes half_batch = non_causal;
+  half_batch["batch"] = 2;
+  EXPECT_NEAR(size_distance(non_causal, half_batch), std::log(2.0), 1e-12);
+  // A different flag is farther than any difference of dimensions, yet not unrelated.
+  Sizes tiny_batch = non_causal;
+  tiny_batch["batch"] = 1;
+  EXPECT_GT(size_distance(non_causal, causal), size_distance(non_causal, tiny_batch));
+  EXPECT_LT(size_distance(non_causal, causal), std::numeric_limits<double>::max());
+  // A name the row lacks makes it unrelated.
+  Sizes no_flag = non_causal;
+  no_flag.erase("causal");
+  EXPECT_EQ(size_distance(non_causal, no_flag), std::numeric_limits<double>::max());
 }
 
 TEST_F(LibraryChoiceTest, RowWhoseRequirementFailsAtTheNewSizeIsSkipped) {
