@@ -19,6 +19,8 @@
  * require: REGS_ESTIMATE <= 240
  * threads: 384
  * shared_bytes: SMEM_BYTES
+ * # wgmma and the TMA: Hopper (sm_90a) alone
+ * require: cc == 90
  * uses: cutlass
  */
 // Flash attention forward on Hopper's asynchronous tensor cores (wgmma) with TMA loads, in the

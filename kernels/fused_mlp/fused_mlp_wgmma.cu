@@ -25,6 +25,8 @@
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * cluster: max(CLUSTER_M, DOWN_CLUSTER_M)
+ * # wgmma and the TMA: Hopper (sm_90a) alone
+ * require: cc == 90
  * uses: cutlass
  */
 // SwiGLU MLP on Hopper tensor cores: y = (silu(x W_gate^T) * (x W_up^T)) W_down^T, bf16 or f16

@@ -32,6 +32,8 @@
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * cluster: CLUSTER_M * CLUSTER_N
+ * # wgmma and the TMA: Hopper (sm_90a) alone
+ * require: cc == 90
  * uses: cutlass
  */
 // Hopper tensor-core GEMM on CUTLASS 3 / CuTe: C[M, N] = A[M, K] @ B[K, N], all row-major,

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "device/cublas_ops.h"
+#include "tune/library.h"
 
 namespace kforge {
 
@@ -29,8 +30,7 @@ std::optional<BaselineResult> time_baseline(Checker& checker, const KernelFile& 
     target.library = true;
   } else {
     // No vendor library implements the op: the library's own starter is the baseline.
-    const auto path =
-        library_kernels_dir() / starter_kernel(op.name(), cuda, candidate.build.variant.dtype);
+    const auto path = device_starter(op, candidate.build.variant.dtype, clean.device());
     if (!std::filesystem::exists(path)) return std::nullopt;
     const KernelFile starter = KernelFile::load(path);
     const ParamValues defaults = starter.resolve_params(candidate.build.variant.dtype);

@@ -48,6 +48,11 @@ std::string pick_backend(const DeviceFlags& flags, const KernelFile* file) {
   return backend;
 }
 
+DeviceInfo device_info_for(const DeviceFlags& flags, const std::string& backend) {
+  return backend == "cuda" ? list_cuda_devices().at(static_cast<size_t>(flags.device))
+                           : cpu_device_info();
+}
+
 std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
   std::vector<DType> out;
   for (const auto& n : names) {

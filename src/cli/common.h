@@ -29,6 +29,8 @@ void add_device_flags(CLI::App* cmd, DeviceFlags& flags);
 // The backend to run on: the one `file` needs (when given), else the flag, else cuda when a
 // GPU is visible. Throws UsageError when it cannot run here.
 std::string pick_backend(const DeviceFlags& flags, const KernelFile* file);
+// The device `backend` (pick_backend's answer) runs on: the flags' CUDA device, or the CPU.
+DeviceInfo device_info_for(const DeviceFlags& flags, const std::string& backend);
 std::vector<DType> parse_dtypes(const std::vector<std::string>& names);
 // The ops named in "rmsnorm" or "rmsnorm,softmax", in order, each once; empty when any name is
 // not an op (the text may be a file instead).

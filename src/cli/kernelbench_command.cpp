@@ -18,6 +18,7 @@
 #include "kernelbench/kernelbench_op.h"
 #include "loop/journal.h"
 #include "loop/workspace.h"
+#include "tune/library.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
@@ -26,10 +27,9 @@ namespace {
 // KernelBench's thresholds: fast_p counts correct kernels faster than the reference by > p.
 constexpr std::array<double, 4> kThresholds = {0, 1, 1.5, 2};
 
-// The signature op's starter kernel for the backend, its header naming the problem's op.
-std::string problem_starter(const KernelBenchOp& op, bool cuda, fs::path* library) {
-  *library =
-      library_kernels_dir() / starter_kernel(op.signature_op().name(), cuda, op.problem_dtype());
+// The signature op's starter kernel for the device, its header naming the problem's op.
+std::string problem_starter(const KernelBenchOp& op, const DeviceInfo& device, fs::path* library) {
+  *library = device_starter(op.signature_op(), op.problem_dtype(), device);
   const std::string text = read_text_file(*library);
   const std::regex op_line(R"((\n\s*\*?\s*op:\s*)([A-Za-z0-9_:]+))");
   std::smatch m;
@@ -42,7 +42,8 @@ std::string problem_starter(const KernelBenchOp& op, bool cuda, fs::path* librar
 
 // A task folder for one problem (kept as it is when it exists already): the problem copied into
 // WS/problems, task.json naming its op, and the journal started from the op's starter.
-std::string make_task(const fs::path& problem_file, const fs::path& workspace, bool cuda) {
+std::string make_task(const fs::path& problem_file, const fs::path& workspace,
+                      const DeviceInfo& device) {
   const KernelBenchOp& op = load_kernelbench_problem(problem_file);
   const std::string name = problem_file.stem().string();
   const fs::path problems = workspace / "problems";
@@ -61,7 +62,7 @@ std::string make_task(const fs::path& problem_file, const fs::path& workspace, b
   }
   fs::create_directories(dir);
   fs::path library;
-  const std::string starter_text = problem_starter(op, cuda, &library);
+  const std::string starter_text = problem_starter(op, device, &library);
   const fs::path starter = dir / fmt::format("starter{}", library.extension().string());
   write_text_atomically(starter, starter_text);
   TaskJournal::open(dir, starter);
@@ -164,9 +165,7 @@ Scored score_task(const std::string& name, const fs::path& kernel, const DeviceF
 // the problem in hand, and a second run goes on from there. A kforge built from a modified tree
 // has no commit that names its checks: its "kforge" is empty, and it scores everything again.
 nlohmann::json run_score_key(const DeviceFlags& device, double max_seconds) {
-  const DeviceInfo info = pick_backend(device, nullptr) == "cuda"
-                              ? list_cuda_devices().at(static_cast<size_t>(device.device))
-                              : cpu_device_info();
+  const DeviceInfo info = device_info_for(device, pick_backend(device, nullptr));
   const GitState kforge = git_state();
   return {{"device", info.name + " " + info.uuid},
           {"max_seconds", max_seconds},
@@ -207,8 +206,8 @@ CLI::App* add_task_command(CLI::App& app, TaskFlags& flags, DeviceFlags& device)
 int cmd_task(const TaskFlags& flags, const DeviceFlags& device) {
   fs::create_directories(flags.workspace);
   add_kernelbench_folder(fs::path(flags.workspace) / "problems");
-  const bool cuda = pick_backend(device, nullptr) == "cuda";
-  make_task(flags.kernelbench, flags.workspace, cuda);
+  make_task(flags.kernelbench, flags.workspace,
+            device_info_for(device, pick_backend(device, nullptr)));
   return 0;
 }
 
@@ -240,14 +239,14 @@ int cmd_kernelbench(const KernelBenchFlags& flags, const DeviceFlags& device,
   const fs::path workspace = flags.workspace;
   fs::create_directories(workspace);
   add_kernelbench_folder(workspace / "problems");
-  const bool cuda = pick_backend(device, nullptr) == "cuda";
+  const DeviceInfo info = device_info_for(device, pick_backend(device, nullptr));
   std::vector<std::string> names;
   // Problems kforge cannot take (no op of theirs, no op that computes their Model): each counts
   // as not solved, as KernelBench scores a problem without a working kernel; the others go on.
   std::vector<std::pair<std::string, std::string>> refused;
   for (const fs::path& file : problem_files(flags.problems)) {
     try {
-      names.push_back(make_task(file, workspace, cuda));
+      names.push_back(make_task(file, workspace, info));
     } catch (const UsageError& e) {
       refused.emplace_back(file.stem().string(), e.what());
       fmt::print("{}: refused: {}\n", file.stem().string(), e.what());

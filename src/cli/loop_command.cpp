@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -25,6 +26,7 @@
 #include "loop/workspace.h"
 #include "ops/op_spec.h"
 #include "pool/device_pool.h"
+#include "tune/library.h"
 
 namespace kforge {
 namespace fs = std::filesystem;
@@ -280,17 +282,17 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   const WorkspaceLock lock(flags.workspace);
   const std::string backend = pick_backend(device, nullptr);
 
-  // Every task and its journal, the repository started from the op's starter for this backend.
+  // Every task and its journal, the repository started from the op's starter for this device.
   std::vector<Task> tasks;
+  std::optional<DeviceInfo> info;  // asked for only where a task needs the library's starter
   for (const fs::path& dir : dirs) {
     const nlohmann::json task_file = read_json_file(dir / "task.json");
     const LoopTask task = LoopTask::from_json(task_file);
     // A task may bring its own starter (a KernelBench problem's), else the op's.
-    const fs::path starter =
-        task_file.contains("starter")
-            ? dir / task_file.at("starter").get<std::string>()
-            : library_kernels_dir() /
-                  starter_kernel(task.op->name(), backend == "cuda", task.dtype);
+    if (!task_file.contains("starter") && !info) info = device_info_for(device, backend);
+    const fs::path starter = task_file.contains("starter")
+                                 ? dir / task_file.at("starter").get<std::string>()
+                                 : device_starter(*task.op, task.dtype, *info);
     tasks.push_back({dir, task, TaskJournal::open(dir, starter), plan_figures(dir)});
   }
 

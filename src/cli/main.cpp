@@ -184,9 +184,7 @@ int cmd_bench(const BenchFlags& flags, const DeviceFlags& device,
   std::optional<LibraryChoice> choice;
   if (const OpSpec* named = find_op(flags.file); named && !std::filesystem::exists(flags.file)) {
     const std::string backend = pick_backend(device, nullptr);
-    const DeviceInfo info = backend == "cuda"
-                                ? list_cuda_devices().at(static_cast<size_t>(device.device))
-                                : cpu_device_info();
+    const DeviceInfo info = device_info_for(device, backend);
     Sizes sizes = flags.shape.empty() ? named->default_size() : named->parse_shape(flags.shape);
     named->complete_sizes(sizes);
     choice = library_choice(*named, sizes, dtype, info);

@@ -222,12 +222,42 @@ int record_table_check(const fs::path& path, const std::string& file, const nloh
   return updated;
 }
 
+namespace {
+
+// Whether `file` at its defaults in `dtype` can run on `device` as far as the device decides
+// (requirements on problem sizes are left for the problem). A requirement that cannot be
+// evaluated without sizes does not count against the file.
+bool defaults_run_on(const KernelFile& file, DType dtype, const DeviceInfo& device) {
+  if (std::find(file.dtypes.begin(), file.dtypes.end(), dtype) == file.dtypes.end()) return false;
+  try {
+    Bindings bindings = problem_bindings(device, dtype, nullptr);
+    for (const auto& [name, value] : file.with_derived(file.resolve_params(dtype), bindings))
+      bindings[name] = value;
+    return first_violation(file, bindings, device, false).empty();
+  } catch (const Error&) {
+    return true;  // a default derived from a problem size: the problem decides
+  }
+}
+
+}  // namespace
+
+fs::path device_starter(const OpSpec& op, DType dtype, const DeviceInfo& device) {
+  const bool cuda = device.backend == "cuda";
+  const fs::path starter = library_kernels_dir() / starter_kernel(op.name(), cuda, dtype);
+  if (!fs::exists(starter) || defaults_run_on(KernelFile::load(starter), dtype, device))
+    return starter;
+  for (const KernelFile& file : library_files(std::string(op.name()), device.backend)) {
+    if (defaults_run_on(file, dtype, device)) return file.path;
+  }
+  return starter;
+}
+
 LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
                              const DeviceInfo& device) {
   const std::string backend = device.backend;
   const std::vector<KernelFile> files = library_files(std::string(op.name()), backend);
   LibraryChoice choice;
-  choice.file = library_kernels_dir() / starter_kernel(op.name(), backend == "cuda", dtype);
+  choice.file = device_starter(op, dtype, device);
 
   // The dtype's own table, else one of the same element size (see library.h).
   const auto location = find_tuned_table(std::string(op.name()), dtype, device_key(device));

@@ -6,7 +6,7 @@
 //   1. the table row for its exact sizes (tuned for this problem on this device);
 //   2. the table row of the nearest tuned size (sizes compared on a log scale), when that
 //      variant's requirements hold at the new sizes;
-//   3. the defaults of the op's starter file.
+//   3. the defaults of the op's starter file (device_starter: one that can run on the device).
 // Every library variant is correct at every size (the files' own fallbacks see to it), so a
 // choice only ever costs speed, never correctness.
 //
@@ -106,6 +106,13 @@ struct LibraryChoice {
   std::string describe() const;
   nlohmann::json to_json() const;
 };
+
+// The op's starter file for `dtype` on `device`: starter_kernel's, where its defaults can run
+// there, else the first of the op's library files (by name) whose defaults can (another GPU than
+// the one a Hopper-only wgmma starter needs, say); the starter itself where none can, so that
+// the error names it. "Can run": the file declares the dtype and no requirement or launch limit
+// that the device alone decides fails.
+std::filesystem::path device_starter(const OpSpec& op, DType dtype, const DeviceInfo& device);
 
 // The library's variant for `sizes` in `dtype` on `device`.
 LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,

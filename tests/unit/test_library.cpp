@@ -194,6 +194,30 @@ TEST_F(LibraryChoiceTest, NoTableGivesTheStarterDefaults) {
   EXPECT_TRUE(j.at("untuned_device").get<bool>());
 }
 
+// A starter whose defaults this device cannot run (a Hopper-only wgmma file on another GPU)
+// gives way to the first library file that can; where none can, the starter stands.
+TEST_F(LibraryChoiceTest, AStarterTheDeviceCannotRunGivesWayToOneItCan) {
+  const auto require_hopper = [](const fs::path& path) {
+    std::string text = read_text(path);
+    const size_t at = text.find(kUnrollLine);
+    ASSERT_NE(at, std::string::npos) << path;
+    text.insert(at + std::string(kUnrollLine).size(), " * require: cc == 90\n");
+    write_text(path, text);
+  };
+  const OpSpec& rmsnorm = *find_op("rmsnorm");
+  EXPECT_EQ(device_starter(rmsnorm, DType::f32, cpu_device_info()), kernel("rmsnorm_cpu.cpp"));
+
+  require_hopper(kernel("rmsnorm_cpu.cpp"));
+  EXPECT_EQ(device_starter(rmsnorm, DType::f32, cpu_device_info()),
+            kernel("rmsnorm_chunked_cpu.cpp"));
+  const LibraryChoice c = choose(mn(4096, 4096));
+  EXPECT_EQ(c.file, kernel("rmsnorm_chunked_cpu.cpp"));
+  EXPECT_EQ(c.source, LibraryChoice::Source::defaults);
+
+  require_hopper(kernel("rmsnorm_chunked_cpu.cpp"));
+  EXPECT_EQ(device_starter(rmsnorm, DType::f32, cpu_device_info()), kernel("rmsnorm_cpu.cpp"));
+}
+
 TEST_F(LibraryChoiceTest, ExactSizeTakesThatRow) {
   const fs::path table = write_table(
       {table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5),
