@@ -282,17 +282,29 @@ int cmd_loop(const LoopFlags& flags, const DeviceFlags& device) {
   const WorkspaceLock lock(flags.workspace);
   const std::string backend = pick_backend(device, nullptr);
 
-  // Every task and its journal, the repository started from the op's starter for this device.
+  // Every task and its journal, a new task's repository started from the op's starter for the
+  // device it runs on (the first of --devices; they are all of one model).
   std::vector<Task> tasks;
-  std::optional<DeviceInfo> info;  // asked for only where a task needs the library's starter
+  std::optional<DeviceInfo> info;  // asked for only where a new task needs the library's starter
+  const auto starter_device = [&]() -> const DeviceInfo& {
+    if (!info) {
+      DeviceFlags first = device;
+      if (!flags.devices.empty()) first.device = parse_device_list(flags.devices, backend).front();
+      info = device_info_for(first, backend);
+    }
+    return *info;
+  };
   for (const fs::path& dir : dirs) {
     const nlohmann::json task_file = read_json_file(dir / "task.json");
     const LoopTask task = LoopTask::from_json(task_file);
-    // A task may bring its own starter (a KernelBench problem's), else the op's.
-    if (!task_file.contains("starter") && !info) info = device_info_for(device, backend);
-    const fs::path starter = task_file.contains("starter")
-                                 ? dir / task_file.at("starter").get<std::string>()
-                                 : device_starter(*task.op, task.dtype, *info);
+    // A task may bring its own starter (a KernelBench problem's), else the op's; a task whose
+    // repository exists needs none.
+    fs::path starter;
+    if (task_file.contains("starter")) {
+      starter = dir / task_file.at("starter").get<std::string>();
+    } else if (!fs::exists(dir / "repo" / ".git")) {
+      starter = device_starter(*task.op, task.dtype, starter_device());
+    }
     tasks.push_back({dir, task, TaskJournal::open(dir, starter), plan_figures(dir)});
   }
 

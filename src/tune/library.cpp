@@ -224,19 +224,21 @@ int record_table_check(const fs::path& path, const std::string& file, const nloh
 
 namespace {
 
-// Whether `file` at its defaults in `dtype` can run on `device` as far as the device decides
-// (requirements on problem sizes are left for the problem). A requirement that cannot be
-// evaluated without sizes does not count against the file.
+// Whether `file` at its defaults in `dtype` can run on `device` as far as the device decides:
+// derived values and requirements that need a problem size are left for the problem.
 bool defaults_run_on(const KernelFile& file, DType dtype, const DeviceInfo& device) {
   if (std::find(file.dtypes.begin(), file.dtypes.end(), dtype) == file.dtypes.end()) return false;
-  try {
-    Bindings bindings = problem_bindings(device, dtype, nullptr);
-    for (const auto& [name, value] : file.with_derived(file.resolve_params(dtype), bindings))
-      bindings[name] = value;
-    return first_violation(file, bindings, device, false).empty();
-  } catch (const Error&) {
-    return true;  // a default derived from a problem size: the problem decides
+  Bindings bindings = problem_bindings(device, dtype, nullptr);
+  for (const auto& [name, value] : file.resolve_params(dtype))
+    bindings[name] = value;
+  for (const DerivedValue& d : file.derived) {
+    const auto& names = d.expression.variables();
+    if (std::all_of(names.begin(), names.end(),
+                    [&](const std::string& name) { return bindings.contains(name); })) {
+      bindings[d.name] = d.expression.evaluate(bindings);
+    }
   }
+  return first_violation(file, bindings, device, false).empty();
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include "checker_fixture.h"
 #include "device/backend.h"
 #include "device/ceilings.h"
+#include "ops/registry.h"
+#include "tune/library.h"
 #include "tune/tuner.h"
 
 namespace kforge {
@@ -108,10 +110,12 @@ class StarterTest : public GpuTest, public ::testing::WithParamInterface<std::st
 
 TEST_P(StarterTest, PassesAllStages) {
   std::set<std::string> starters;
-  for (const DType dtype : {DType::f16, DType::bf16, DType::f32})
-    starters.insert(starter_kernel(GetParam(), true, dtype));
+  const DeviceInfo device = list_cuda_devices().at(0);
+  const OpSpec& op = *find_op(GetParam());
+  for (const DType dtype : op.dtypes())
+    starters.insert(device_starter(op, dtype, device).string());
   for (const std::string& starter : starters) {
-    const auto out = run_check(test::kernels_dir() + "/" + starter, {});
+    const auto out = run_check(starter, {});
     EXPECT_TRUE(out.report.passed()) << starter << ": " << out.report.detail;
     for (const auto& s : out.report.stages)
       EXPECT_TRUE(s.ran && s.passed) << starter << ": " << s.name;
