@@ -21,6 +21,8 @@ const std::vector<std::unique_ptr<OpSpec>>& registry() {
     v.push_back(make_rotary_embedding_spec());
     v.push_back(make_rotary_embedding_half_spec());
     v.push_back(make_reduce_spec());
+    v.push_back(make_matmul_bias_spec());
+    v.push_back(make_matmul_residual_spec());
     return v;
   }();
   return specs;
