@@ -129,7 +129,8 @@ TEST_P(StarterTest, PassesAllStages) {
 INSTANTIATE_TEST_SUITE_P(AllOps, StarterTest,
                          ::testing::Values("matmul", "softmax", "layernorm", "rmsnorm",
                                            "flash_attention", "fused_mlp", "cross_entropy",
-                                           "rotary_embedding", "rotary_embedding_half", "reduce"),
+                                           "rotary_embedding", "rotary_embedding_half", "reduce",
+                                           "matmul_bias", "matmul_residual"),
                          [](const auto& info) { return info.param; });
 
 TEST_F(GpuTest, BenchReportsTimeAndFractionOfCopyCeiling) {
