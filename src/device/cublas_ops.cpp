@@ -15,13 +15,15 @@ namespace {
 
 // Row-major C[m, n] = A[m, k] @ B[k, n] is column-major C^T = B^T A^T: cuBLAS sees B first.
 // `b_transposed`: B is given as [n, k] row-major (the "NT" layout of linear-layer weights).
+// `beta`: C = A @ B + beta * C (C's old values read unless beta is 0).
 void gemm(cublasHandle_t handle, const void* a, const void* b, void* c, int64_t m, int64_t n,
-          int64_t k, bool b_transposed, cudaDataType type, cublasComputeType_t compute) {
-  const float one = 1.f, zero = 0.f;
+          int64_t k, bool b_transposed, cudaDataType type, cublasComputeType_t compute,
+          float beta = 0.f) {
+  const float one = 1.f;
   KF_CUBLAS_CHECK(cublasGemmEx(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
                                static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &one,
                                b, type, static_cast<int>(b_transposed ? k : n), a, type,
-                               static_cast<int>(k), &zero, c, type, static_cast<int>(n), compute,
+                               static_cast<int>(k), &beta, c, type, static_cast<int>(n), compute,
                                CUBLAS_GEMM_DEFAULT));
 }
 
@@ -137,7 +139,8 @@ class MlpBaseline final : public LibraryBaseline {
 }  // namespace
 
 bool has_gpu_reference(std::string_view op) {
-  return op == "matmul" || op == "fused_mlp" || op == "flash_attention";
+  return op == "matmul" || op == "matmul_bias" || op == "matmul_residual" || op == "fused_mlp" ||
+         op == "flash_attention";
 }
 
 bool has_library_baseline(std::string_view op) {
@@ -164,6 +167,34 @@ void compute_gpu_reference(std::string_view op, const Sizes& sizes, std::span<co
       launch_square(in[1]->get(), k * n, stream);
       gemm(handle, in[0]->get(), in[1]->get(), magnitude->get(), m, n, k, false, CUDA_R_32F,
            CUBLAS_COMPUTE_32F_PEDANTIC);
+    }
+  } else if (op == "matmul_bias" || op == "matmul_residual") {
+    // C = A @ B + term: C starts as the term (the bias on every row: ones[M, 1] @ bias[1, N])
+    // and the product is added to it. The magnitude is sqrt((A*A) @ (B*B) + term^2), the
+    // root-sum-square of the K products and the term, built the same way from the squares.
+    Handle handle(stream, true);
+    const int64_t m = sizes.at("M"), n = sizes.at("N"), k = sizes.at("K");
+    const bool bias = op == "matmul_bias";
+    const std::vector<float> ones_host(bias ? static_cast<size_t>(m) : 0, 1.f);
+    const DeviceFloats ones(ones_host, stream);
+    const auto start_with_term = [&](float* c) {
+      if (bias) {
+        gemm(handle, ones.get(), in[2]->get(), c, m, n, 1, false, CUDA_R_32F,
+             CUBLAS_COMPUTE_32F_PEDANTIC);
+      } else {
+        KF_CUDA_CHECK(cudaMemcpyAsync(c, in[2]->get(), static_cast<size_t>(m * n) * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream));
+      }
+    };
+    start_with_term(out.get());
+    gemm(handle, in[0]->get(), in[1]->get(), out.get(), m, n, k, false, CUDA_R_32F,
+         CUBLAS_COMPUTE_32F_PEDANTIC, 1.f);
+    if (magnitude) {
+      for (size_t t = 0; t < 3; ++t)
+        launch_square(in[t]->get(), static_cast<int64_t>(inputs[t].size()), stream);
+      start_with_term(magnitude->get());
+      gemm(handle, in[0]->get(), in[1]->get(), magnitude->get(), m, n, k, false, CUDA_R_32F,
+           CUBLAS_COMPUTE_32F_PEDANTIC, 1.f);
     }
   } else if (op == "fused_mlp") {
     Handle handle(stream, true);

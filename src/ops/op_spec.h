@@ -171,7 +171,8 @@ void set_op_resolver(std::function<const OpSpec*(std::string_view)> resolver);
 // The library's starter kernel file for an op in `dtype`, relative to the source tree's kernels/
 // folder: what a device without a table runs, and the baseline a candidate is timed against
 // when no vendor library implements the op. On CUDA, 16-bit matmuls start on the tensor cores
-// (matmul_wgmma.cu); f32 keeps the CUDA-core file, whose f32 is true f32.
+// (matmul_wgmma.cu); f32 keeps the CUDA-core file, whose f32 is true f32. matmul_bias and
+// matmul_residual have their tensor-core file alone, in every dtype.
 std::string starter_kernel(std::string_view op, bool cuda, DType dtype);
 std::vector<const OpSpec*> all_ops();
 // "rmsnorm, softmax"

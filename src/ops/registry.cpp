@@ -21,6 +21,8 @@ const std::vector<std::unique_ptr<OpSpec>>& registry() {
     v.push_back(make_rotary_embedding_spec());
     v.push_back(make_rotary_embedding_half_spec());
     v.push_back(make_reduce_spec());
+    v.push_back(make_matmul_bias_spec());
+    v.push_back(make_matmul_residual_spec());
     return v;
   }();
   return specs;
@@ -76,6 +78,9 @@ std::string starter_kernel(std::string_view op, bool cuda, DType dtype) {
   if ((op == "matmul" || op == "fused_mlp") && dtype_size(dtype) == 2) {
     return fmt::format("{0}/{0}_wgmma.cu", op);
   }
+  // The matmuls with an epilogue have their CUTLASS file alone (f16 and bf16, Hopper only): in
+  // f32 or on another GPU it is still the starter, so that the error names it and says why.
+  if (op == "matmul_bias" || op == "matmul_residual") return fmt::format("{0}/{0}_wgmma.cu", op);
   // Attention takes f16 and bf16 only, on the tensor cores (flash_attention_tiled.cu, its
   // CUDA-core predecessor, stays in the library as a second file).
   if (op == "flash_attention") return "flash_attention/flash_attention_wgmma.cu";

@@ -9,6 +9,8 @@
 namespace kforge {
 
 std::unique_ptr<OpSpec> make_matmul_spec();
+std::unique_ptr<OpSpec> make_matmul_bias_spec();
+std::unique_ptr<OpSpec> make_matmul_residual_spec();
 std::unique_ptr<OpSpec> make_softmax_spec();
 std::unique_ptr<OpSpec> make_layernorm_spec();
 std::unique_ptr<OpSpec> make_rmsnorm_spec();

@@ -75,6 +75,10 @@ TEST_F(GpuTest, GpuReferencesMatchHostReferences) {
   const std::vector<std::pair<const char*, const char*>> problems = {
       {"matmul", "64x96x80"},
       {"matmul", "33x1x65"},
+      {"matmul_bias", "64x96x80"},
+      {"matmul_bias", "33x1x65"},
+      {"matmul_residual", "64x96x80"},
+      {"matmul_residual", "33x1x65"},
       {"fused_mlp", "16x64x96"},
       {"flash_attention", "1x2x127x64,causal=1"},
       {"flash_attention", "2x1x65x128,causal=0,scale_permille=50"}};
@@ -125,7 +129,8 @@ TEST_P(StarterTest, PassesAllStages) {
 INSTANTIATE_TEST_SUITE_P(AllOps, StarterTest,
                          ::testing::Values("matmul", "softmax", "layernorm", "rmsnorm",
                                            "flash_attention", "fused_mlp", "cross_entropy",
-                                           "rotary_embedding", "rotary_embedding_half", "reduce"),
+                                           "rotary_embedding", "rotary_embedding_half", "reduce",
+                                           "matmul_bias", "matmul_residual"),
                          [](const auto& info) { return info.param; });
 
 TEST_F(GpuTest, BenchReportsTimeAndFractionOfCopyCeiling) {

@@ -34,7 +34,8 @@ TEST_P(CpuStarterTest, PassesAllStages) {
 INSTANTIATE_TEST_SUITE_P(AllOps, CpuStarterTest,
                          ::testing::Values("matmul", "softmax", "layernorm", "rmsnorm",
                                            "flash_attention", "fused_mlp", "cross_entropy",
-                                           "rotary_embedding", "rotary_embedding_half", "reduce"),
+                                           "rotary_embedding", "rotary_embedding_half", "reduce",
+                                           "matmul_bias", "matmul_residual"),
                          [](const auto& info) { return info.param; });
 
 TEST_F(CheckerFixture, RmsnormCpuStarterPasses) {
@@ -86,6 +87,7 @@ INSTANTIATE_TEST_SUITE_P(
                      "NaN where the reference is finite"},
         PlantedFault{"nondeterministic.cpp", Verdict::wrong, "determinism", "not deterministic"},
         PlantedFault{"ignores_weight.cpp", Verdict::wrong, "smoke", "out of tolerance"},
+        PlantedFault{"ignores_bias.cpp", Verdict::wrong, "smoke", "out of tolerance"},
         PlantedFault{"nan_large.cpp", Verdict::wrong, "stability", "near_max"},
         PlantedFault{"oom.cpp", Verdict::oom, "smoke", "allocation"},
         PlantedFault{"bad_syntax.cpp", Verdict::compile_error, "build", "error"}),

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/process.h"
 #include "device/backend.h"
+#include "device/launch_limits.h"
 #include "ops/op_spec.h"
 #include "run/verdict.h"
 #include "test_support.h"
@@ -457,6 +458,43 @@ void write_device_table(const std::string& device, DType dtype,
       tuned_table_path("rmsnorm", dtype, device),
       json{{"op", "rmsnorm"}, {"dtype", dtype_name(dtype)}, {"device", device}, {"sizes", rows}}
           .dump(2));
+}
+
+// matmul_bias and matmul_residual have their Hopper tensor-core file alone: it is their CUDA
+// starter in every dtype and on every GPU, so that what cannot run it is told why (the dtype it
+// lacks; on another GPU, its Hopper requirement before any limit of that GPU).
+TEST(LibraryPaths, EpilogueMatmulsStartFromTheirHopperFileAndSayWhyElsewhere) {
+  DeviceInfo hopper = cuda_device("NVIDIA H100", 9, 0);
+  hopper.max_threads_per_block = 1024;
+  hopper.max_shared_per_block = 232448;
+  DeviceInfo ampere = hopper;
+  ampere.name = "NVIDIA A100";
+  ampere.cc_major = 8;
+  ampere.max_shared_per_block = 166912;
+  for (const std::string name : {"matmul_bias", "matmul_residual"}) {
+    const OpSpec& op = *find_op(name);
+    const fs::path wgmma = library_kernels_dir() / name / (name + "_wgmma.cu");
+    EXPECT_EQ(library_kernels_dir() / starter_kernel(name, true, DType::bf16), wgmma);
+    EXPECT_EQ(device_starter(op, DType::bf16, hopper), wgmma);
+    EXPECT_EQ(device_starter(op, DType::f32, hopper), wgmma);
+    EXPECT_EQ(device_starter(op, DType::bf16, ampere), wgmma);
+    EXPECT_EQ(device_starter(op, DType::f32, cpu_device_info()),
+              library_kernels_dir() / name / (name + "_cpu.cpp"));
+
+    const KernelFile file = KernelFile::load(wgmma);
+    EXPECT_TRUE(file.supports(DType::bf16) && file.supports(DType::f16));
+    EXPECT_FALSE(file.supports(DType::f32));
+    const auto defaults_violation = [&](const DeviceInfo& device) {
+      Bindings bindings = problem_bindings(device, DType::bf16, nullptr);
+      for (const auto& [param, value] :
+           file.with_derived(file.resolve_params(DType::bf16), bindings))
+        bindings[param] = value;
+      return first_violation(file, bindings, device);
+    };
+    EXPECT_EQ(defaults_violation(hopper), "") << name;
+    EXPECT_NE(defaults_violation(ampere).find("'cc == 90'"), std::string::npos)
+        << defaults_violation(ampere);
+  }
 }
 
 TEST(LibraryPaths, ComputeCapabilityComesFromACudaDeviceKey) {

@@ -1,6 +1,8 @@
 // Op specs: references against independent formulations, cost models, generators, shapes.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -143,6 +145,40 @@ TEST(Ops, CostModels) {
   EXPECT_DOUBLE_EQ(op("rmsnorm").cost(square, DType::bf16).bytes, (2.0 * 8192 * 8192 + 8192) * 2);
   const Sizes sm = {{"rows", 8192}, {"cols", 8192}};
   EXPECT_DOUBLE_EQ(op("softmax").cost(sm, DType::f32).bytes, 2.0 * 8192 * 8192 * 4);
+  // The matmul epilogues read their term once besides A and B and write C once.
+  const Sizes mnk = {{"M", 4096}, {"N", 512}, {"K", 3584}};
+  const double product_bytes = (4096.0 * 3584 + 3584.0 * 512 + 4096.0 * 512) * 2;
+  EXPECT_DOUBLE_EQ(op("matmul_bias").cost(mnk, DType::bf16).bytes, product_bytes + 512 * 2);
+  EXPECT_DOUBLE_EQ(op("matmul_residual").cost(mnk, DType::bf16).bytes,
+                   product_bytes + 4096.0 * 512 * 2);
+  EXPECT_DOUBLE_EQ(op("matmul_bias").cost(mnk, DType::bf16).flops,
+                   op("matmul").cost(mnk, DType::bf16).flops + 4096.0 * 512);
+}
+
+// The matmul epilogues are tested and timed at matmul's sizes and at their models' layers.
+TEST(Ops, MatmulEpiloguesTakeMatmulsSizesAndTheirModelShapes) {
+  const OpSpec& matmul = op("matmul");
+  for (const char* name : {"matmul_bias", "matmul_residual"}) {
+    const OpSpec& spec = op(name);
+    std::vector<std::string> shapes;
+    for (const auto& s : spec.bench_sizes())
+      shapes.push_back(spec.format_shape(s.sizes));
+    for (const auto& s : matmul.test_sizes()) {
+      EXPECT_NE(std::find(shapes.begin(), shapes.end(), matmul.format_shape(s.sizes)), shapes.end())
+          << name << " " << s.label;
+    }
+    EXPECT_EQ(spec.edge_sizes().size(), matmul.edge_sizes().size()) << name;
+  }
+  const auto has = [](const OpSpec& spec, const char* shape) {
+    for (const auto& s : spec.bench_sizes()) {
+      if (spec.format_shape(s.sizes) == shape) return true;
+    }
+    return false;
+  };
+  EXPECT_EQ(op("matmul_bias").signature(), "A[M,K] B[K,N] bias[N] -> C[M,N]");
+  EXPECT_EQ(op("matmul_residual").signature(), "A[M,K] B[K,N] R[M,N] -> C[M,N]");
+  EXPECT_TRUE(has(op("matmul_bias"), "4096x512x3584"));        // Qwen2-7B k_proj, v_proj
+  EXPECT_TRUE(has(op("matmul_residual"), "4096x3584x18944"));  // Qwen2-7B down_proj
 }
 
 TEST(Ops, ShapesParseAndFormat) {

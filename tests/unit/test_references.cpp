@@ -1,6 +1,7 @@
 // Every float64 reference against an independent formulation built from other ops' references
 // or from the op's mathematical properties, on small problems.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -73,6 +74,41 @@ TEST(References, MatmulTransposeIdentity) {
   for (int64_t p = 0; p < k; ++p)
     c00 += in[0][p] * in[1][p * n];
   EXPECT_NEAR(c[0], c00, 1e-12);
+}
+
+// matmul_bias and matmul_residual are matmul plus the added term, which must be there: the
+// bias of column j on every row, R element by element. Their magnitudes are the root-sum-square
+// of the K products and the term.
+TEST(References, MatmulEpiloguesAddTheirTermToTheProduct) {
+  const int64_t m = 5, n = 7, k = 3;
+  const Sizes sizes = {{"M", m}, {"N", n}, {"K", k}};
+  for (const char* name : {"matmul_bias", "matmul_residual"}) {
+    const OpSpec& spec = op(name);
+    ASSERT_TRUE(spec.tolerance_relative_to_magnitude()) << name;
+    const Tensors in = inputs(spec, sizes, 4);
+    const bool bias = std::string(name) == "matmul_bias";
+    ASSERT_EQ(in[2].size(), static_cast<size_t>(bias ? n : m * n)) << name;
+    const Tensors c = run(spec, sizes, in, true);
+    const Tensors product = run(op("matmul"), sizes, {in[0], in[1]}, true);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t at = static_cast<size_t>(i * n + j);
+        const double term = in[2][static_cast<size_t>(bias ? j : i * n + j)];
+        ASSERT_GT(std::abs(term), 1e-3) << name;  // a forgotten term would show
+        EXPECT_NEAR(c[0][at], product[0][at] + term, 1e-12) << name << " at " << at;
+        EXPECT_NEAR(c[1][at], std::sqrt(product[1][at] * product[1][at] + term * term), 1e-12)
+            << name << " magnitude at " << at;
+      }
+    }
+    // All-zero activations leave the bias (a parameter, drawn normal whatever the inputs)
+    // alone, and zero the residual with the rest.
+    const Tensors zeros = inputs(spec, sizes, 4, InputKind::all_zeros);
+    const Tensors z = run(spec, sizes, zeros);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j)
+        EXPECT_EQ(z[0][i * n + j], bias ? zeros[2][j] : 0.0) << name;
+    }
+  }
 }
 
 TEST(References, AttentionEqualsSoftmaxOfScoresTimesV) {
