@@ -1,5 +1,6 @@
 #include "compile/expression.h"
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <stdexcept>
@@ -127,6 +128,11 @@ Expression::Expression(std::string text) : text_(std::move(text)), impl_(std::ma
 Expression::~Expression() = default;
 Expression::Expression(Expression&&) noexcept = default;
 Expression& Expression::operator=(Expression&&) noexcept = default;
+
+bool Expression::bound_by(const Bindings& bindings) const {
+  return std::all_of(variables_.begin(), variables_.end(),
+                     [&](const std::string& name) { return bindings.contains(name); });
+}
 
 long long Expression::evaluate(const Bindings& bindings) const {
   std::lock_guard lock(impl_->mutex);

@@ -23,6 +23,8 @@ class Expression {
   const std::string& text() const { return text_; }
   // Names the expression refers to (parameters, sizes, device limits).
   const std::vector<std::string>& variables() const { return variables_; }
+  // Whether every variable has a value in `bindings`, so that evaluate() can run.
+  bool bound_by(const Bindings& bindings) const;
   // Evaluates with every variable bound; throws kforge::Error naming a missing one or on
   // division by zero. Safe to call from several threads.
   long long evaluate(const Bindings& bindings) const;

@@ -8,13 +8,6 @@ namespace {
 // Clusters of more than 8 blocks are not portable (16 needs an opt-in attribute).
 constexpr long long kPortableClusterLimit = 8;
 
-bool all_bound(const Expression& e, const Bindings& bindings) {
-  for (const auto& v : e.variables()) {
-    if (!bindings.contains(v)) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string threads_violation(long long threads, const DeviceInfo& device) {
@@ -55,14 +48,14 @@ Bindings problem_bindings(const DeviceInfo& device, DType dtype, const Sizes* si
 std::string first_violation(const KernelFile& file, const Bindings& bindings,
                             const DeviceInfo& device, bool with_pruning) {
   for (const auto& req : file.requirements) {
-    if ((req.pruning_only && !with_pruning) || !all_bound(req.expression, bindings)) continue;
+    if ((req.pruning_only && !with_pruning) || !req.expression.bound_by(bindings)) continue;
     if (req.expression.evaluate(bindings) == 0) {
       return fmt::format("{} '{}' (line {}) does not hold", req.pruning_only ? "prune" : "require",
                          req.expression.text(), req.line);
     }
   }
   const auto check = [&](const std::optional<Expression>& e, auto violation) -> std::string {
-    if (!e || !all_bound(*e, bindings)) return "";
+    if (!e || !e->bound_by(bindings)) return "";
     return violation(e->evaluate(bindings), device);
   };
   for (const std::string& why : {check(file.block_threads, threads_violation),

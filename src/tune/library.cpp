@@ -232,11 +232,7 @@ bool defaults_run_on(const KernelFile& file, DType dtype, const DeviceInfo& devi
   for (const auto& [name, value] : file.resolve_params(dtype))
     bindings[name] = value;
   for (const DerivedValue& d : file.derived) {
-    const auto& names = d.expression.variables();
-    if (std::all_of(names.begin(), names.end(),
-                    [&](const std::string& name) { return bindings.contains(name); })) {
-      bindings[d.name] = d.expression.evaluate(bindings);
-    }
+    if (d.expression.bound_by(bindings)) bindings[d.name] = d.expression.evaluate(bindings);
   }
   return first_violation(file, bindings, device, false).empty();
 }
