@@ -94,4 +94,17 @@ Comparison compare_timings(const SampleStats& baseline, const SampleStats& candi
   return change < 0 ? Comparison::faster : Comparison::slower;
 }
 
+AbaComparison compare_aba(const SampleStats& before, const SampleStats& candidate,
+                          const SampleStats& after, double min_gain) {
+  AbaComparison c;
+  c.before = compare_timings(before, candidate, min_gain);
+  c.after = compare_timings(after, candidate, min_gain);
+  if (candidate.median <= 0 || candidate.min <= 0) return c;
+  c.median_gain = std::min(before.median, after.median) / candidate.median;
+  c.fastest_gain = std::min(before.min, after.min) / candidate.min;
+  c.faster = c.before == Comparison::faster && c.after == Comparison::faster &&
+             c.fastest_gain > 1 + min_gain;
+  return c;
+}
+
 }  // namespace kforge

@@ -45,4 +45,20 @@ std::string_view comparison_name(Comparison c);
 Comparison compare_timings(const SampleStats& baseline, const SampleStats& candidate,
                            double same_threshold = 0.01);
 
+// A candidate timed between two timings of the baseline (A B A), judged against both.
+struct AbaComparison {
+  Comparison before = Comparison::unclear;  // compare_timings(before, candidate)
+  Comparison after = Comparison::unclear;   // compare_timings(after, candidate)
+  double median_gain = 0;                   // the faster baseline median / the candidate's
+  double fastest_gain = 0;                  // the faster baseline minimum / the candidate's
+  bool faster = false;                      // faster than both, in medians and in minima
+};
+
+// Interference (a neighbour on the host, a clock dip) only ever adds time. A candidate that is
+// really faster is faster in its fastest samples too, while a baseline slowed on both sides of
+// the candidate can pass the medians' test alone. So `faster` needs both medians' comparisons
+// FASTER and the candidate's minimum below the lower baseline minimum by more than `min_gain`.
+AbaComparison compare_aba(const SampleStats& before, const SampleStats& candidate,
+                          const SampleStats& after, double min_gain);
+
 }  // namespace kforge

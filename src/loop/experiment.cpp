@@ -41,6 +41,7 @@ nlohmann::json timing_json(const BenchResult& r) {
   }
   return {{"median_us", r.stats.median * 1e3},
           {"roofline_fraction", roofline},
+          {"min_us", r.stats.min * 1e3},
           {"p10_us", r.stats.p10 * 1e3},
           {"p90_us", r.stats.p90 * 1e3},
           {"rel_noise", r.stats.rel_noise},
@@ -132,34 +133,55 @@ ExperimentRecord evaluate_proposal(Checker& checker, WorkerClient& worker, const
 
   // The best is timed before and after the proposal (A B A), so that drift over the
   // experiment (clocks, temperature, a neighbour on the host) cannot pass for a gain: the
-  // proposal is kept only when it is faster than both.
+  // proposal is kept only when it is faster than both, in the medians and in the fastest
+  // samples (compare_aba). A keep is then confirmed by a second pair (A B A B A): interference
+  // that happened to fall on both timings of the best is unlikely to fall that way twice.
   const KernelFile best_file = KernelFile::load(best);
-  const BenchResult before = time_file(checker, worker, ceilings, best_file, task, options);
+  const auto time_best = [&] {
+    BenchResult b = time_file(checker, worker, ceilings, best_file, task, options);
+    if (b.verdict != Verdict::ok) {
+      throw Error(fmt::format("the task's best kernel {} no longer times: {} ({})", best.string(),
+                              verdict_name(b.verdict), b.detail));
+    }
+    return b;
+  };
+  const BenchResult before = time_best();
   const BenchResult after = time_file(checker, worker, ceilings, *file, task, options);
   if (after.verdict != Verdict::ok) {
     record.fields["failing_stage"] = "timing";
     record.fields["detail"] = after.detail;
     return done(std::string(verdict_name(after.verdict)));
   }
-  const BenchResult before_again = time_file(checker, worker, ceilings, best_file, task, options);
-  for (const BenchResult* b : {&before, &before_again}) {
-    if (b->verdict != Verdict::ok) {
-      throw Error(fmt::format("the task's best kernel {} no longer times: {} ({})", best.string(),
-                              verdict_name(b->verdict), b->detail));
-    }
-  }
+  const BenchResult before_again = time_best();
   record.time_us = after.stats.median * 1e3;
   record.fields["best"] = timing_json(before);
   record.fields["best_again"] = timing_json(before_again);
   record.fields["proposal"] = timing_json(after);
   record.fields["resources"] = after.build.resources.summary();
-  const Comparison c = compare_timings(before.stats, after.stats, options.min_gain);
-  const Comparison c_again = compare_timings(before_again.stats, after.stats, options.min_gain);
-  record.fields["comparison"] = comparison_name(c);
-  record.fields["comparison_again"] = comparison_name(c_again);
-  record.fields["gain_vs_best"] =
-      std::min(before.stats.median, before_again.stats.median) / after.stats.median;
-  record.kept = c == Comparison::faster && c_again == Comparison::faster;
+  const AbaComparison c =
+      compare_aba(before.stats, after.stats, before_again.stats, options.min_gain);
+  record.fields["comparison"] = comparison_name(c.before);
+  record.fields["comparison_again"] = comparison_name(c.after);
+  record.fields["gain_vs_best"] = c.median_gain;
+  record.fields["fastest_gain_vs_best"] = c.fastest_gain;
+  if (!c.faster) return done("REVERT");
+
+  const BenchResult confirming = time_file(checker, worker, ceilings, *file, task, options);
+  if (confirming.verdict != Verdict::ok) {
+    record.fields["failing_stage"] = "timing";
+    record.fields["detail"] = "timed again to confirm the gain: " + confirming.detail;
+    return done(std::string(verdict_name(confirming.verdict)));
+  }
+  const BenchResult best_last = time_best();
+  const AbaComparison confirmed =
+      compare_aba(before_again.stats, confirming.stats, best_last.stats, options.min_gain);
+  record.fields["confirmation"] = {{"proposal", timing_json(confirming)},
+                                   {"best", timing_json(best_last)},
+                                   {"comparison", comparison_name(confirmed.before)},
+                                   {"comparison_again", comparison_name(confirmed.after)},
+                                   {"gain_vs_best", confirmed.median_gain},
+                                   {"fastest_gain_vs_best", confirmed.fastest_gain}};
+  record.kept = confirmed.faster;
   return done(record.kept ? "KEEP" : "REVERT");
 }
 

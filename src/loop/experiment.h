@@ -1,12 +1,15 @@
 // One experiment's evaluation: a proposed kernel file checked in five stages, then timed against
 // the task's current best in the same run, and the keep rule.
 //
-// The keep rule: the proposal passed every stage and its timing, and compare_timings() (both
-// medians' standard errors and noise, bench/statistics.h) finds it FASTER by more than
-// `min_gain` (1% by default, AutoKernel's threshold) than the best timed just before it and
-// again just after it (A B A). The best is timed beside every proposal, so drift between
-// experiments cannot pass for a gain, and on both sides of it, so drift within one cannot
-// either. A proposal identical to the best is UNCHANGED: timed once, never compared.
+// The keep rule: the proposal passed every stage and its timing, and compare_aba()
+// (bench/statistics.h) finds it FASTER by more than `min_gain` (1% by default, AutoKernel's
+// threshold) than the best timed just before it and again just after it (A B A): both medians,
+// beyond their standard errors and noise, and the fastest samples. The best is timed beside
+// every proposal, so drift between experiments cannot pass for a gain, and on both sides of it,
+// so drift within one cannot either; interference that slows both timings of the best shows in
+// their medians but not in their fastest samples. A keep is confirmed by timing the proposal and
+// the best once more (A B A B A) and applying the same rule to the second pair. A proposal identical to the best is UNCHANGED:
+// timed once, never compared.
 #pragma once
 
 #include <filesystem>

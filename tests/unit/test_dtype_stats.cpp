@@ -124,6 +124,35 @@ TEST(Statistics, CompareFromSpreads) {
   EXPECT_EQ(compare_timings(stats(100, 0.2, 10), stats(97, 0.2, 10)), Comparison::unclear);
 }
 
+SampleStats stats(double median, double noise, size_t n, double min) {
+  SampleStats s = stats(median, noise, n);
+  s.min = min;
+  return s;
+}
+
+TEST(Statistics, AbaNeedsTheGainInMediansAndInFastestSamples) {
+  // A clear gain: medians and fastest samples both 20% down.
+  const AbaComparison gain = compare_aba(stats(100, 0.005, 400, 98), stats(80, 0.005, 400, 78.5),
+                                         stats(101, 0.005, 400, 99), 0.01);
+  EXPECT_TRUE(gain.faster);
+  EXPECT_NEAR(gain.median_gain, 1.25, 1e-9);
+  // The same code timed between two timings of itself that a busy host slowed: medians and
+  // noise as in a CPU record (5234 and 5572 us at 5-6% noise against a quiet 4090 +- 0.35%), the
+  // fastest samples of the best as a host that is only busy at times leaves them. Both medians'
+  // comparisons say FASTER; the fastest samples do not.
+  const AbaComparison slowed_best =
+      compare_aba(stats(5233.9, 0.0489, 5, 4100), stats(4089.6, 0.0035, 6, 4071.6),
+                  stats(5572.3, 0.0605, 5, 4150), 0.01);
+  EXPECT_EQ(slowed_best.before, Comparison::faster);
+  EXPECT_EQ(slowed_best.after, Comparison::faster);
+  EXPECT_LT(slowed_best.fastest_gain, 1.01);
+  EXPECT_FALSE(slowed_best.faster);
+  // Faster than the first timing of the baseline only.
+  EXPECT_FALSE(compare_aba(stats(100, 0.005, 400, 98), stats(90, 0.005, 400, 88),
+                           stats(90.5, 0.005, 400, 88), 0.01)
+                   .faster);
+}
+
 TEST(Compare, ToleranceNanAndUnwritten) {
   std::vector<std::byte> buf(4 * 4);
   HostTensor t{"y", DType::f32, {2, 2}, buf.data()};

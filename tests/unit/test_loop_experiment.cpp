@@ -92,6 +92,10 @@ TEST_F(LoopExperiment, KeepsOnlyACorrectAndClearlyFasterFile) {
   EXPECT_EQ(faster.verdict, "KEEP") << faster.to_json().dump(2);
   EXPECT_TRUE(faster.kept);
   EXPECT_GT(faster.fields.value("gain_vs_best", 0.0), 1.5);
+  EXPECT_GT(faster.fields.value("fastest_gain_vs_best", 0.0), 1.5);
+  // A keep is confirmed by a second pair of timings.
+  ASSERT_TRUE(faster.fields.contains("confirmation"));
+  EXPECT_EQ(faster.fields["confirmation"].value("comparison", ""), "FASTER");
 
   const ExperimentRecord unchanged = evaluate(*slow_, *slow_);
   EXPECT_EQ(unchanged.verdict, "UNCHANGED") << unchanged.to_json().dump(2);
