@@ -162,9 +162,18 @@ class Mapper {
       return fail(fmt::format("mm inputs {} and {} are not [M, K] and [K, N]",
                               dims_text(input(in_, 0)), dims_text(input(in_, 1))));
     }
-    if (name_ == "addmm" || name_ == "_addmm_activation") {
-      // addmm(bias, mat1, mat2, ...): the bias comes first.
-      if (plain(1, 2) || plain(0, 1)) return true;
+    if (name_ == "addmm") {
+      // addmm(input, mat1, mat2, ...): input + mat1 @ mat2, the input first.
+      if (plain(1, 2)) return added_term(input(in_, 0));
+      if (plain(0, 1)) return true;
+      return fail("addmm inputs are not input, [M, K], [K, N]");
+    }
+    if (name_ == "_addmm_activation") {
+      // An activation after the bias: no kforge op computes it, so the matmul is the problem.
+      if (plain(1, 2) || plain(0, 1)) {
+        note("its bias and activation are left out (no kforge op adds an activation)");
+        return true;
+      }
       return fail("addmm inputs are not bias, [M, K], [K, N]");
     }
     if (name_ == "bmm") {
@@ -181,7 +190,8 @@ class Mapper {
       if (x.empty() || w.size() != 2 || x.back() != w[1])
         return fail(fmt::format("linear inputs {} and {} are not [.., K] and [N, K]", dims_text(x),
                                 dims_text(w)));
-      return mnk(leading(x), w[0], w[1]);
+      mnk(leading(x), w[0], w[1]);
+      return added_term(input(in_, 2));
     }
     if (name_ == "matmul") {
       const Dims &x = input(in_, 0), &y = input(in_, 1);
@@ -211,6 +221,23 @@ class Mapper {
       return mnk(batch * rows, y.back(), k);
     }
     return fail(fmt::format("no matmul shape rule for '{}'", context_.name));
+  }
+
+  // The term a matmul's call adds to its product (M, N set): none, a bias [N] broadcast over the
+  // rows (matmul_bias), or a whole [M, N] (matmul_residual). Anything else (a column, a scalar)
+  // leaves the matmul as the problem, with a note.
+  bool added_term(const Dims& term) {
+    if (term.empty()) return true;
+    const int64_t m = problem_.sizes.at("M"), n = problem_.sizes.at("N");
+    if (term == Dims{n} || term == Dims{1, n}) {
+      problem_.op = "matmul_bias";
+    } else if (term == Dims{m, n}) {
+      problem_.op = "matmul_residual";
+    } else {
+      note(
+          fmt::format("the added {} is left out (neither a bias [N] nor [M, N])", dims_text(term)));
+    }
+    return true;
   }
 
   // rows = product of the leading dims, cols = the last one.

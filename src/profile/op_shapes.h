@@ -51,7 +51,9 @@ struct ShapeHints {
 };
 
 struct MappedProblem {
-  std::string op;                  // a kforge op name
+  std::string op;                  // a kforge op name: the one asked for, or a matmul's epilogue
+                                   // variant (matmul_bias, matmul_residual) where the call adds
+                                   // a bias or a whole matrix to the product
   Sizes sizes;                     // by the op spec's size names, completed (complete_sizes)
   std::optional<DType> dtype;      // from the op's input types, when recorded
   std::vector<std::string> notes;  // assumptions made, e.g. "batch 8 folded into M"

@@ -377,7 +377,8 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
   for (const PendingCall& pc : pending) {
     const Call& call = *pc.call;
     const Classification& what = facts[call.kernels.front()].what;
-    const std::string& op = what.op;
+    // The mapped problem's op: a matmul whose call adds a bias is matmul_bias.
+    const std::string& op = pc.problem ? pc.problem->op : what.op;
     const OpSpec* spec = find_op(op);
     std::string shape = pc.problem && spec ? spec->format_shape(pc.problem->sizes) : "?";
     if (pc.named) shape = fmt::format("{}", fmt::join(pc.named->shape, "x"));
@@ -423,15 +424,17 @@ Plan make_plan(const Profile& profile, const PlanOptions& options) {
 
   // The compute ceiling: the measured one, unless a GEMM of this run was faster. The measurement
   // (cuBLAS at one shape on random data) can run below what the same GPU reaches at other
-  // shapes; a kernel that reached more proves the hardware can. Only matmul and fused_mlp groups
-  // count: their FLOPs follow from the shape alone (an attention's depend on an assumed causal
-  // flag), and only in 16-bit types, which the ceiling is measured in.
+  // shapes; a kernel that reached more proves the hardware can. Only the GEMM groups (matmul, its
+  // epilogue variants and fused_mlp) count: their FLOPs follow from the shape alone (an attention's
+  // depend on an assumed causal flag), and only in 16-bit types, which the ceiling is measured in.
   std::optional<double> matmul_tflops = options.matmul_tflops;
   std::string ceiling_group;  // the key of the group that raised it
   if (matmul_tflops) {
     for (const auto& [key, g] : groups) {
       if (!g.sizes || g.calls == 0 || g.time_ns <= 0) continue;
-      if ((g.op != "matmul" && g.op != "fused_mlp") || *g.dtype == DType::f32) continue;
+      const bool gemm = g.op == "matmul" || g.op == "matmul_bias" || g.op == "matmul_residual" ||
+                        g.op == "fused_mlp";
+      if (!gemm || *g.dtype == DType::f32) continue;
       const Cost cost = *g.cost();
       const bool compute_bound =
           cost.flops / (*options.matmul_tflops * 1e12) > cost.bytes / (options.copy_gbps * 1e9);

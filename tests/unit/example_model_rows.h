@@ -45,18 +45,18 @@ inline std::vector<RowKey> llama_step_rows(int64_t layers) {
 }
 
 // gpt2.py: batch 8 x seq 512, dim 768, 12 heads, MLP 3072, vocab 16384. Per layer 2 LayerNorms,
-// the fused qkv projection, one causal attention, the output projection and the two MLP GEMMs;
-// then the final LayerNorm, the LM head and the loss.
+// the fused qkv projection, one causal attention, the output projection and the two MLP GEMMs
+// (each with its bias: matmul_bias); then the final LayerNorm, the LM head (no bias) and the loss.
 inline std::vector<RowKey> gpt2_step_rows(int64_t layers) {
   std::vector<RowKey> rows = {
       {"cross_entropy", "4096x16384", "bf16", 1},
       {"flash_attention", "8x12x512x64,causal=1,scale_permille=0", "bf16", layers},
       {"layernorm", "4096x768", "bf16", 2 * layers + 1},
       {"matmul", "4096x16384x768", "bf16", 1},
-      {"matmul", "4096x2304x768", "bf16", layers},
-      {"matmul", "4096x3072x768", "bf16", layers},
-      {"matmul", "4096x768x3072", "bf16", layers},
-      {"matmul", "4096x768x768", "bf16", layers},
+      {"matmul_bias", "4096x2304x768", "bf16", layers},
+      {"matmul_bias", "4096x3072x768", "bf16", layers},
+      {"matmul_bias", "4096x768x3072", "bf16", layers},
+      {"matmul_bias", "4096x768x768", "bf16", layers},
   };
   std::sort(rows.begin(), rows.end());
   return rows;
@@ -65,16 +65,16 @@ inline std::vector<RowKey> gpt2_step_rows(int64_t layers) {
 // bert.py: batch 16 x seq 256, dim 768, 12 heads of 64, MLP 3072, 4 classes. The embeddings'
 // LayerNorm; per layer q/k/v/out projections, attention as matmul -> softmax -> matmul (batched
 // over 16 x 12 heads), 2 LayerNorms and the two MLP GEMMs; then the pooler and the classifier on
-// the first token and cross-entropy over the 4 classes.
+// the first token and cross-entropy over the 4 classes. Every linear layer has a bias.
 inline std::vector<RowKey> bert_step_rows(int64_t layers) {
   std::vector<RowKey> rows = {
       {"cross_entropy", "16x4", "bf16", 1},
       {"layernorm", "4096x768", "bf16", 2 * layers + 1},
-      {"matmul", "16x4x768", "bf16", 1},
-      {"matmul", "16x768x768", "bf16", 1},
-      {"matmul", "4096x3072x768", "bf16", layers},
-      {"matmul", "4096x768x3072", "bf16", layers},
-      {"matmul", "4096x768x768", "bf16", 4 * layers},
+      {"matmul_bias", "16x4x768", "bf16", 1},
+      {"matmul_bias", "16x768x768", "bf16", 1},
+      {"matmul_bias", "4096x3072x768", "bf16", layers},
+      {"matmul_bias", "4096x768x3072", "bf16", layers},
+      {"matmul_bias", "4096x768x768", "bf16", 4 * layers},
       // The attention is written out (q k^T, scale, mask, softmax, times v): one eager-attention
       // call per layer (fusion.h), 16 sequences x 12 heads x 256 tokens x 64.
       {"flash_attention", "16x12x256x64,causal=0,scale_permille=0", "bf16", layers},

@@ -73,9 +73,10 @@ void expect_attributed(const Profile& profile, const Plan& plan) {
   EXPECT_NEAR(plan.op_share + plan.named_share + plan.other_share, 1.0, 1e-9);
 }
 
-// Decoder-only models: tokens = 4 x 1024, two layers; hidden D, heads H of 128, KV heads KV.
+// Decoder-only models: tokens = 4 x 1024, two layers; hidden D, heads H of 128, KV heads KV;
+// with `qkv_bias`, the q, k and v projections add a bias (matmul_bias) and o does not.
 std::vector<Row> decoder_rows(int64_t d, int64_t heads, int64_t kv_heads, int64_t mlp,
-                              int64_t vocab) {
+                              int64_t vocab, bool qkv_bias = false) {
   const int64_t layers = 2, tokens = 4096;
   const std::string t = std::to_string(tokens), dim = std::to_string(d);
   const auto bhsd = [](int64_t h) { return "4x" + std::to_string(h) + "x1024x128"; };
@@ -96,8 +97,14 @@ std::vector<Row> decoder_rows(int64_t d, int64_t heads, int64_t kv_heads, int64_
     rows.emplace_back("matmul", q, "bf16", 4 * layers);
     rows.emplace_back("rotary_embedding_half", bhsd(heads), "bf16", 2 * layers);
   } else {
-    rows.emplace_back("matmul", q, "bf16", 2 * layers);   // q, o
-    rows.emplace_back("matmul", kv, "bf16", 2 * layers);  // k, v
+    if (qkv_bias) {
+      rows.emplace_back("matmul_bias", q, "bf16", layers);       // q
+      rows.emplace_back("matmul", q, "bf16", layers);            // o
+      rows.emplace_back("matmul_bias", kv, "bf16", 2 * layers);  // k, v
+    } else {
+      rows.emplace_back("matmul", q, "bf16", 2 * layers);   // q, o
+      rows.emplace_back("matmul", kv, "bf16", 2 * layers);  // k, v
+    }
     rows.emplace_back("rotary_embedding_half", bhsd(heads), "bf16", layers);
     rows.emplace_back("rotary_embedding_half", bhsd(kv_heads), "bf16", layers);
   }
@@ -122,7 +129,7 @@ TEST(HfProfiles, Qwen2GroupedQueryHeadsAndBiases) {
   const Profile profile = timed_step("qwen2");
   const Plan plan = plan_of(profile);
   expect_attributed(profile, plan);
-  EXPECT_EQ(named_rows(plan), decoder_rows(1536, 12, 2, 8960, 32000));
+  EXPECT_EQ(named_rows(plan), decoder_rows(1536, 12, 2, 8960, 32000, true));
 }
 
 TEST(HfProfiles, MistralSwigluFoundByStructure) {
@@ -137,7 +144,8 @@ TEST(HfProfiles, MistralSwigluFoundByStructure) {
 }
 
 TEST(HfProfiles, Gpt2LayerNormsGeluAndConv1dProjections) {
-  // hidden 1024, 16 heads of 64, MLP 4096, vocab 50257, 1024 positions; Conv1D layers (addmm).
+  // hidden 1024, 16 heads of 64, MLP 4096, vocab 50257, 1024 positions; Conv1D layers (addmm
+  // with a bias: matmul_bias); the LM head has none.
   const Profile profile = timed_step("gpt2");
   const Plan plan = plan_of(profile);
   expect_attributed(profile, plan);
@@ -146,10 +154,10 @@ TEST(HfProfiles, Gpt2LayerNormsGeluAndConv1dProjections) {
       {"embedding", "1x1024x1024", "bf16", 1},  // positions
       {"layernorm", "4096x1024", "bf16", 1},    // layer 0's ln_1
       {"residual_add+layernorm", "4096x1024", "bf16", 4},
-      {"matmul", "4096x3072x1024", "bf16", 2},  // c_attn
-      {"matmul", "4096x1024x1024", "bf16", 2},  // attention c_proj
-      {"matmul", "4096x4096x1024", "bf16", 2},  // c_fc
-      {"matmul", "4096x1024x4096", "bf16", 2},  // MLP c_proj
+      {"matmul_bias", "4096x3072x1024", "bf16", 2},  // c_attn
+      {"matmul_bias", "4096x1024x1024", "bf16", 2},  // attention c_proj
+      {"matmul_bias", "4096x4096x1024", "bf16", 2},  // c_fc
+      {"matmul_bias", "4096x1024x4096", "bf16", 2},  // MLP c_proj
       {"gelu", "4x1024x4096", "bf16", 2},
       {"flash_attention", "4x16x1024x64,causal=1,scale_permille=0", "bf16", 2},
       {"kv_cache", "4x16x1024x64", "bf16", 4},
@@ -169,13 +177,14 @@ TEST(HfProfiles, BertEncoderWithMaskedLmHead) {
       {"embedding", "1x512x1024", "bf16", 1},  // positions
       {"layernorm", "2048x1024", "bf16", 2},   // embeddings (after an in-place add), MLM head
       {"residual_add+layernorm", "2048x1024", "bf16", 4},
-      {"matmul", "2048x1024x1024", "bf16", 9},  // q, k, v, output per layer; the head's dense
-      {"matmul", "2048x4096x1024", "bf16", 2},
-      {"matmul", "2048x1024x4096", "bf16", 2},
+      // Every linear layer has a bias: q, k, v, output per layer and the head's dense...
+      {"matmul_bias", "2048x1024x1024", "bf16", 9},
+      {"matmul_bias", "2048x4096x1024", "bf16", 2},
+      {"matmul_bias", "2048x1024x4096", "bf16", 2},
       {"gelu", "4x512x4096", "bf16", 2},
       {"gelu", "4x512x1024", "bf16", 1},  // the MLM head's transform
       {"flash_attention", "4x16x512x64,causal=0,scale_permille=0", "bf16", 2},
-      {"matmul", "2048x30522x1024", "bf16", 1},
+      {"matmul_bias", "2048x30522x1024", "bf16", 1},  // ... and its decoder
       {"cross_entropy", "2048x30522", "bf16", 1},
   });
   EXPECT_EQ(named_rows(plan), expected);

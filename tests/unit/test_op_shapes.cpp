@@ -2,6 +2,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "profile/op_shapes.h"
@@ -74,7 +75,7 @@ TEST(NvtxText, ParsesEmitNvtxRangesWithShapes) {
 TEST(MapProblem, Matmuls) {
   EXPECT_EQ(shape_of("matmul", text("aten::mm, sizes = [[1024, 1000], [1000, 3000]]")),
             "1024x3000x1000");
-  // addmm: the bias comes first.
+  // addmm: the added input comes first (a bias here: matmul_bias, the same sizes).
   EXPECT_EQ(shape_of("matmul", text("aten::addmm, sizes = [[2304], [512, 768], [768, 2304], [], "
                                     "[]]")),
             "512x2304x768");
@@ -207,6 +208,38 @@ TEST(MapProblem, RotaryAndMlpModules) {
   EXPECT_EQ(shape_of("fused_mlp", text("module::SwiGLU, sizes = [[2, 512, 1024], [2816, 1024], "
                                        "[2816, 1024], [2816, 1024]]")),
             "");
+}
+
+// A matmul whose call adds a bias [N] is matmul_bias; a whole [M, N], matmul_residual; anything
+// else added stays a matmul, noted.
+TEST(MapProblem, MatmulsThatAddATermAreItsEpilogueOps) {
+  const auto mapped = [](const std::string& t) {
+    const auto p = map_problem("matmul", text(t), {});
+    return p ? fmt::format("{} {}", p->op, find_op(p->op)->format_shape(p->sizes)) : "";
+  };
+  EXPECT_EQ(mapped("aten::addmm, sizes = [[2304], [512, 768], [768, 2304], [], []]"),
+            "matmul_bias 512x2304x768");
+  EXPECT_EQ(mapped("aten::addmm, sizes = [[1, 2304], [512, 768], [768, 2304], [], []]"),
+            "matmul_bias 512x2304x768");
+  EXPECT_EQ(mapped("aten::addmm, sizes = [[512, 2304], [512, 768], [768, 2304], [], []]"),
+            "matmul_residual 512x2304x768");
+  // Qwen2's q projection: linear with a bias; its o projection: none.
+  EXPECT_EQ(mapped("aten::linear, sizes = [[4, 1024, 3584], [3584, 3584], [3584]]"),
+            "matmul_bias 4096x3584x3584");
+  EXPECT_EQ(mapped("aten::linear, sizes = [[4, 1024, 3584], [3584, 3584], []]"),
+            "matmul 4096x3584x3584");
+  const auto column = map_problem(
+      "matmul", text("aten::addmm, sizes = [[512, 1], [512, 768], [768, 2304], [], []]"), {});
+  ASSERT_TRUE(column);
+  EXPECT_EQ(column->op, "matmul");
+  ASSERT_EQ(column->notes.size(), 1u);
+  EXPECT_NE(column->notes[0].find("[512, 1] is left out"), std::string::npos);
+  // addmm with an activation after the bias: the matmul alone.
+  const auto activated = map_problem(
+      "matmul", text("aten::_addmm_activation, sizes = [[2304], [512, 768], [768, 2304], [], []]"),
+      {});
+  ASSERT_TRUE(activated);
+  EXPECT_EQ(activated->op, "matmul");
 }
 
 TEST(MapProblem, DtypeFromInputTypes) {

@@ -178,7 +178,7 @@ TEST(RecordedProfiles, BertFromNvtxAndFromItsTorchTrace) {
 
   // The 16x4 classifier GEMM's roofline is a few nanoseconds; no kernel of the run took less
   // than the shortest one, which bounds it instead.
-  const PlanGroup& classifier = row(plan, "matmul", "16x4x768");
+  const PlanGroup& classifier = row(plan, "matmul_bias", "16x4x768");
   EXPECT_EQ(classifier.bound, "latency");
   EXPECT_EQ(*classifier.best_ns_per_call, static_cast<double>(plan.shortest_kernel_ns));
 }
