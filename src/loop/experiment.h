@@ -8,8 +8,8 @@
 // every proposal, so drift between experiments cannot pass for a gain, and on both sides of it,
 // so drift within one cannot either; interference that slows both timings of the best shows in
 // their medians but not in their fastest samples. A keep is confirmed by timing the proposal and
-// the best once more (A B A B A) and applying the same rule to the second pair. A proposal identical to the best is UNCHANGED:
-// timed once, never compared.
+// the best once more (A B A B A) and applying the same rule to the second pair. A proposal
+// identical to the best is UNCHANGED: timed once, never compared.
 #pragma once
 
 #include <filesystem>

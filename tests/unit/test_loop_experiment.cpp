@@ -107,9 +107,9 @@ TEST_F(LoopExperiment, KeepsOnlyACorrectAndClearlyFasterFile) {
   std::ofstream(recommented) << test::read_text(*slow_) << "// the same code\n";
   const ExperimentRecord same = evaluate(recommented, *slow_);
   EXPECT_EQ(same.verdict, "REVERT") << same.to_json().dump(2);
+  // (On a busy host both medians' comparisons can still say FASTER; the fastest samples and the
+  // confirming pair are what keep the file out then.)
   EXPECT_FALSE(same.kept);
-  EXPECT_NE(same.fields.value("comparison", "") + same.fields.value("comparison_again", ""),
-            "FASTERFASTER");
   EXPECT_TRUE(same.fields.contains("best_again"));
 
   const ExperimentRecord slower = evaluate(*slow_, library);
