@@ -4,6 +4,8 @@
 //   - kf::GemmDeviceSetup / kf::setup_gemm_device: the per-device host setup of a persistent
 //     CUTLASS kernel (the SM count, the shared-memory opt-in, how many clusters fit), done on a
 //     device's first call so that later calls can be captured into a CUDA graph.
+//   - kf::run_cutlass_gemm: the launch of such a kernel once its operands and epilogue are set
+//     (the device's setup, the scheduler's arguments, the workspace, initialize and run).
 //   - kf::run_plain_gemm: C = A @ B + term(m, n) for the shapes TMA cannot address (K or N not a
 //     multiple of 8, misaligned pointers, K == 0): a bounds-checked shared-memory tiled FFMA
 //     kernel with fp32 accumulation, correct at any size, not fast.
@@ -14,6 +16,7 @@
 
 #include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
+#include "kforge/workspace.cuh"
 
 namespace kf {
 
@@ -58,6 +61,49 @@ bool setup_gemm_device(int device, GemmDeviceSetup& setup) {
   }
   setup.ready = true;
   return true;
+}
+
+// ---- the launch ------------------------------------------------------------------------------
+
+// Runs `Gemm` with `arguments` (problem, operands and epilogue set) on the current device: its
+// setup on the device's first call, the scheduler's hardware info, raster order (0: CUTLASS's
+// heuristic, 1: along M, 2: along N) and swizzle, the workspace (Stream-K's partial sums and tile
+// flags; empty for the persistent scheduler; kept between calls), then initialize and run.
+// Returns `plain()` instead when CUTLASS cannot implement the arguments.
+template <class Gemm, int ClusterM, int ClusterN, class Plain>
+int run_cutlass_gemm(typename Gemm::Arguments arguments, int raster, int swizzle,
+                     cudaStream_t stream, Plain plain) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return KF_ERR_LAUNCH;
+  constexpr int kMaxDevices = 64;
+  static GemmDeviceSetup setups[kMaxDevices];
+  if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
+  const GemmDeviceSetup& setup = setups[device];
+  if (!setup_gemm_device<typename Gemm::GemmKernel, ClusterM, ClusterN>(device, setups[device])) {
+    cudaGetLastError();
+    return KF_ERR_LAUNCH;
+  }
+  arguments.hw_info.device_id = device;
+  arguments.hw_info.sm_count = setup.sm_count;
+  arguments.hw_info.max_active_clusters = setup.max_active_clusters;
+  using RasterOrder = decltype(arguments.scheduler.raster_order);
+  arguments.scheduler.max_swizzle_size = swizzle;
+  arguments.scheduler.raster_order = raster == 1   ? RasterOrder::AlongM
+                                     : raster == 2 ? RasterOrder::AlongN
+                                                   : RasterOrder::Heuristic;
+
+  if (Gemm::can_implement(arguments) != cutlass::Status::kSuccess) return plain();
+  static Workspace workspace;
+  const size_t workspace_bytes = Gemm::get_workspace_size(arguments);
+  void* workspace_data = workspace.get(workspace_bytes, stream);
+  if (workspace_bytes > 0 && workspace_data == nullptr) return KF_ERR_OUT_OF_MEMORY;
+
+  Gemm gemm;
+  if (gemm.initialize(arguments, workspace_data, stream) != cutlass::Status::kSuccess) {
+    return KF_ERR_LAUNCH;
+  }
+  if (gemm.run(stream) != cutlass::Status::kSuccess) return KF_ERR_LAUNCH;
+  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
 // ---- the plain path: shared-memory tiled FFMA --------------------------------------------------

@@ -81,7 +81,6 @@
 #include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
 #include "kforge/gemm_epilogue.cuh"
-#include "kforge/workspace.cuh"
 
 namespace {
 
@@ -158,8 +157,6 @@ using StrideA = typename GemmKernel::StrideA;  // (M, K, batch): (K, 1, M * K)
 using StrideB = typename GemmKernel::StrideB;  // (N, K, batch): (1, N, K * N)
 using StrideC = typename GemmKernel::StrideC;  // (M, N, batch)
 using StrideD = typename GemmKernel::StrideD;  // (M, N, batch): (N, 1, M * N)
-using SchedulerArguments = typename GemmKernel::TileSchedulerArguments;
-using RasterOrder = decltype(SchedulerArguments{}.raster_order);
 
 // The plain path's bias: term(m, n) = bias[n].
 struct BiasTerm {
@@ -186,7 +183,7 @@ void add_bias(EpilogueArguments& epilogue, const kf_elem* bias, int M, int N) {
 }
 
 int run_wgmma(const kf_elem* a, const kf_elem* b, const kf_elem* bias, kf_elem* c, int M, int N,
-              int K, const kf::GemmDeviceSetup& setup, int device, cudaStream_t stream) {
+              int K, cudaStream_t stream) {
   typename Gemm::Arguments arguments{};
   arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   arguments.problem_shape = ProblemShape{M, N, K, 1};
@@ -197,29 +194,9 @@ int run_wgmma(const kf_elem* a, const kf_elem* b, const kf_elem* bias, kf_elem* 
   add_bias(arguments.epilogue, bias, M, N);
   arguments.epilogue.ptr_D = reinterpret_cast<Element*>(c);
   arguments.epilogue.dD = StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
-  arguments.hw_info.device_id = device;
-  arguments.hw_info.sm_count = setup.sm_count;
-  arguments.hw_info.max_active_clusters = setup.max_active_clusters;
-  arguments.scheduler.max_swizzle_size = SWIZZLE;
-  arguments.scheduler.raster_order = RASTER == 1   ? RasterOrder::AlongM
-                                     : RASTER == 2 ? RasterOrder::AlongN
-                                                   : RasterOrder::Heuristic;
-
-  if (Gemm::can_implement(arguments) != cutlass::Status::kSuccess) {
+  return kf::run_cutlass_gemm<Gemm, CLUSTER_M, CLUSTER_N>(arguments, RASTER, SWIZZLE, stream, [&] {
     return kf::run_plain_gemm(a, b, c, M, N, K, BiasTerm{bias}, stream);
-  }
-  // Stream-K's partial sums and tile flags; empty for the persistent scheduler.
-  static kf::Workspace workspace;
-  const size_t workspace_bytes = Gemm::get_workspace_size(arguments);
-  void* workspace_data = workspace.get(workspace_bytes, stream);
-  if (workspace_bytes > 0 && workspace_data == nullptr) return KF_ERR_OUT_OF_MEMORY;
-
-  Gemm gemm;
-  if (gemm.initialize(arguments, workspace_data, stream) != cutlass::Status::kSuccess) {
-    return KF_ERR_LAUNCH;
-  }
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return KF_ERR_LAUNCH;
-  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+  });
 }
 
 bool is_matrix(const kf_tensor& t, int64_t rows, int64_t cols) {
@@ -263,15 +240,5 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
                               stream);
   }
 
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return KF_ERR_LAUNCH;
-  constexpr int kMaxDevices = 64;
-  static kf::GemmDeviceSetup setups[kMaxDevices];
-  if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
-  if (!kf::setup_gemm_device<GemmKernel, CLUSTER_M, CLUSTER_N>(device, setups[device])) {
-    cudaGetLastError();
-    return KF_ERR_LAUNCH;
-  }
-  return run_wgmma(a_data, b_data, bias_data, c_data, int(M), int(N), int(K), setups[device],
-                   device, stream);
+  return run_wgmma(a_data, b_data, bias_data, c_data, int(M), int(N), int(K), stream);
 }

@@ -85,7 +85,6 @@
 #include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
 #include "kforge/gemm_epilogue.cuh"
-#include "kforge/workspace.cuh"
 
 namespace {
 
@@ -146,8 +145,6 @@ using StrideA = typename GemmKernel::StrideA;  // (M, K, batch): (K, 1, M * K)
 using StrideB = typename GemmKernel::StrideB;  // (N, K, batch): (1, N, K * N)
 using StrideC = typename GemmKernel::StrideC;  // (M, N, batch): (N, 1, M * N)
 using StrideD = typename GemmKernel::StrideD;  // (M, N, batch): (N, 1, M * N)
-using SchedulerArguments = typename GemmKernel::TileSchedulerArguments;
-using RasterOrder = decltype(SchedulerArguments{}.raster_order);
 
 // The plain path's residual: term(m, n) = R[m, n].
 struct ResidualTerm {
@@ -157,7 +154,7 @@ struct ResidualTerm {
 };
 
 int run_wgmma(const kf_elem* a, const kf_elem* b, const kf_elem* r, kf_elem* c, int M, int N, int K,
-              const kf::GemmDeviceSetup& setup, int device, cudaStream_t stream) {
+              cudaStream_t stream) {
   typename Gemm::Arguments arguments{};
   arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   arguments.problem_shape = ProblemShape{M, N, K, 1};
@@ -171,29 +168,9 @@ int run_wgmma(const kf_elem* a, const kf_elem* b, const kf_elem* r, kf_elem* c, 
   arguments.epilogue.dC = StrideC{int64_t(N), cute::_1{}, int64_t(M) * N};
   arguments.epilogue.ptr_D = reinterpret_cast<Element*>(c);
   arguments.epilogue.dD = StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
-  arguments.hw_info.device_id = device;
-  arguments.hw_info.sm_count = setup.sm_count;
-  arguments.hw_info.max_active_clusters = setup.max_active_clusters;
-  arguments.scheduler.max_swizzle_size = SWIZZLE;
-  arguments.scheduler.raster_order = RASTER == 1   ? RasterOrder::AlongM
-                                     : RASTER == 2 ? RasterOrder::AlongN
-                                                   : RasterOrder::Heuristic;
-
-  if (Gemm::can_implement(arguments) != cutlass::Status::kSuccess) {
+  return kf::run_cutlass_gemm<Gemm, CLUSTER_M, CLUSTER_N>(arguments, RASTER, SWIZZLE, stream, [&] {
     return kf::run_plain_gemm(a, b, c, M, N, K, ResidualTerm{r, N}, stream);
-  }
-  // Stream-K's partial sums and tile flags; empty for the persistent scheduler.
-  static kf::Workspace workspace;
-  const size_t workspace_bytes = Gemm::get_workspace_size(arguments);
-  void* workspace_data = workspace.get(workspace_bytes, stream);
-  if (workspace_bytes > 0 && workspace_data == nullptr) return KF_ERR_OUT_OF_MEMORY;
-
-  Gemm gemm;
-  if (gemm.initialize(arguments, workspace_data, stream) != cutlass::Status::kSuccess) {
-    return KF_ERR_LAUNCH;
-  }
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return KF_ERR_LAUNCH;
-  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
+  });
 }
 
 bool is_matrix(const kf_tensor& t, int64_t rows, int64_t cols) {
@@ -233,15 +210,5 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
                               ResidualTerm{r_data, N}, stream);
   }
 
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return KF_ERR_LAUNCH;
-  constexpr int kMaxDevices = 64;
-  static kf::GemmDeviceSetup setups[kMaxDevices];
-  if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
-  if (!kf::setup_gemm_device<GemmKernel, CLUSTER_M, CLUSTER_N>(device, setups[device])) {
-    cudaGetLastError();
-    return KF_ERR_LAUNCH;
-  }
-  return run_wgmma(a_data, b_data, r_data, c_data, int(M), int(N), int(K), setups[device], device,
-                   stream);
+  return run_wgmma(a_data, b_data, r_data, c_data, int(M), int(N), int(K), stream);
 }
