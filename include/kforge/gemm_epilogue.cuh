@@ -1,11 +1,7 @@
 // For the CUTLASS GEMM files whose epilogue adds a term to A @ B (matmul_bias_wgmma.cu,
-// matmul_residual_wgmma.cu): what they share besides their epilogue.
+// matmul_residual_wgmma.cu): what they share besides their epilogue and the CUTLASS launch
+// (kforge/cutlass_gemm.cuh).
 //
-//   - kf::GemmDeviceSetup / kf::setup_gemm_device: the per-device host setup of a persistent
-//     CUTLASS kernel (the SM count, the shared-memory opt-in, how many clusters fit), done on a
-//     device's first call so that later calls can be captured into a CUDA graph.
-//   - kf::run_cutlass_gemm: the launch of such a kernel once its operands and epilogue are set
-//     (the device's setup, the scheduler's arguments, the workspace, initialize and run).
 //   - kf::run_plain_gemm: C = A @ B + term(m, n) for the shapes TMA cannot address (K or N not a
 //     multiple of 8, misaligned pointers, K == 0): a bounds-checked shared-memory tiled FFMA
 //     kernel with fp32 accumulation, correct at any size, not fast.
@@ -16,95 +12,8 @@
 
 #include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
-#include "kforge/workspace.cuh"
 
 namespace kf {
-
-// ---- per-device setup of a persistent CUTLASS kernel ------------------------------------------
-
-struct GemmDeviceSetup {
-  bool ready = false;
-  int sm_count = 0;
-  int max_active_clusters = 0;  // clusters of ClusterM x ClusterN that fit at once; 0: unknown
-};
-
-// Fills `setup` for `device` once; false when a query fails.
-template <class GemmKernel, int ClusterM, int ClusterN>
-bool setup_gemm_device(int device, GemmDeviceSetup& setup) {
-  if (setup.ready) return true;
-  if (cudaDeviceGetAttribute(&setup.sm_count, cudaDevAttrMultiProcessorCount, device) !=
-      cudaSuccess) {
-    return false;
-  }
-  const void* kernel = reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>);
-  constexpr int kSmemBytes = GemmKernel::SharedStorageSize;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) !=
-      cudaSuccess) {
-    return false;
-  }
-  // Without this count CUTLASS guesses from the GPC layout of a full GH100; a grid of more
-  // clusters than fit would leave a second wave of one cluster per SM pair.
-  cudaLaunchAttribute cluster_attr{};
-  cluster_attr.id = cudaLaunchAttributeClusterDimension;
-  cluster_attr.val.clusterDim.x = ClusterM;
-  cluster_attr.val.clusterDim.y = ClusterN;
-  cluster_attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ClusterM, ClusterN, 1);
-  config.blockDim = dim3(GemmKernel::MaxThreadsPerBlock, 1, 1);
-  config.dynamicSmemBytes = kSmemBytes;
-  config.attrs = &cluster_attr;
-  config.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&setup.max_active_clusters, kernel, &config) != cudaSuccess) {
-    cudaGetLastError();
-    setup.max_active_clusters = 0;  // CUTLASS's estimate then
-  }
-  setup.ready = true;
-  return true;
-}
-
-// ---- the launch ------------------------------------------------------------------------------
-
-// Runs `Gemm` with `arguments` (problem, operands and epilogue set) on the current device: its
-// setup on the device's first call, the scheduler's hardware info, raster order (0: CUTLASS's
-// heuristic, 1: along M, 2: along N) and swizzle, the workspace (Stream-K's partial sums and tile
-// flags; empty for the persistent scheduler; kept between calls), then initialize and run.
-// Returns `plain()` instead when CUTLASS cannot implement the arguments.
-template <class Gemm, int ClusterM, int ClusterN, class Plain>
-int run_cutlass_gemm(typename Gemm::Arguments arguments, int raster, int swizzle,
-                     cudaStream_t stream, Plain plain) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return KF_ERR_LAUNCH;
-  constexpr int kMaxDevices = 64;
-  static GemmDeviceSetup setups[kMaxDevices];
-  if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
-  const GemmDeviceSetup& setup = setups[device];
-  if (!setup_gemm_device<typename Gemm::GemmKernel, ClusterM, ClusterN>(device, setups[device])) {
-    cudaGetLastError();
-    return KF_ERR_LAUNCH;
-  }
-  arguments.hw_info.device_id = device;
-  arguments.hw_info.sm_count = setup.sm_count;
-  arguments.hw_info.max_active_clusters = setup.max_active_clusters;
-  using RasterOrder = decltype(arguments.scheduler.raster_order);
-  arguments.scheduler.max_swizzle_size = swizzle;
-  arguments.scheduler.raster_order = raster == 1   ? RasterOrder::AlongM
-                                     : raster == 2 ? RasterOrder::AlongN
-                                                   : RasterOrder::Heuristic;
-
-  if (Gemm::can_implement(arguments) != cutlass::Status::kSuccess) return plain();
-  static Workspace workspace;
-  const size_t workspace_bytes = Gemm::get_workspace_size(arguments);
-  void* workspace_data = workspace.get(workspace_bytes, stream);
-  if (workspace_bytes > 0 && workspace_data == nullptr) return KF_ERR_OUT_OF_MEMORY;
-
-  Gemm gemm;
-  if (gemm.initialize(arguments, workspace_data, stream) != cutlass::Status::kSuccess) {
-    return KF_ERR_LAUNCH;
-  }
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return KF_ERR_LAUNCH;
-  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
-}
 
 // ---- the plain path: shared-memory tiled FFMA --------------------------------------------------
 
@@ -200,10 +109,6 @@ int run_plain_gemm(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N,
   const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(n_blocks));
   kernel<Term><<<grid, kThreads, kSmemBytes, stream>>>(a, b, c, M, N, K, term);
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
-}
-
-inline bool is_tma_aligned(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace kf

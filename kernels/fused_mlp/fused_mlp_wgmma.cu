@@ -496,10 +496,6 @@ int run_down(const MlpCall& c, const Element* h, const DeviceSetup& setup, int d
   return gemm.run(c.stream) == cutlass::Status::kSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
-bool is_tma_aligned(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
@@ -517,9 +513,10 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
       workspace.get(size_t(batch) * size_t(hidden) * sizeof(kf_elem), call.stream));
   if (h == nullptr) return KF_ERR_OUT_OF_MEMORY;
 
-  const bool tma_ok = dim % kAlignment == 0 && hidden % kAlignment == 0 && is_tma_aligned(call.x) &&
-                      is_tma_aligned(call.w_gate) && is_tma_aligned(call.w_up) &&
-                      is_tma_aligned(call.w_down) && is_tma_aligned(call.y);
+  const bool tma_ok = dim % kAlignment == 0 && hidden % kAlignment == 0 &&
+                      kf::is_tma_aligned(call.x) && kf::is_tma_aligned(call.w_gate) &&
+                      kf::is_tma_aligned(call.w_up) && kf::is_tma_aligned(call.w_down) &&
+                      kf::is_tma_aligned(call.y);
   if (!tma_ok) return run_plain(call, h);
 
   int device = 0;

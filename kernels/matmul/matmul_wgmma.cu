@@ -94,7 +94,6 @@
 
 #include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
-#include "kforge/workspace.cuh"
 #include "matmul_common.cuh"
 
 namespace {
@@ -149,8 +148,6 @@ static_assert(GemmKernel::SharedStorageSize <= SMEM_BYTES, "the header's shared_
 using StrideA = typename GemmKernel::StrideA;  // (M, K, batch): (K, 1, M * K)
 using StrideB = typename GemmKernel::StrideB;  // (N, K, batch): (1, N, K * N)
 using StrideD = typename GemmKernel::StrideD;  // (M, N, batch): (N, 1, M * N)
-using SchedulerArguments = typename GemmKernel::TileSchedulerArguments;
-using RasterOrder = decltype(SchedulerArguments{}.raster_order);
 
 // ---- fallback for shapes TMA cannot address: shared-memory tiled FFMA -------------------------
 
@@ -242,49 +239,8 @@ int run_fallback(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, i
 
 // ---- the CUTLASS kernel ------------------------------------------------------------------------
 
-// What the scheduler needs to size the persistent grid, found once per device (the queries
-// are not stream work and need not be repeated under graph capture).
-struct DeviceSetup {
-  bool ready = false;
-  int sm_count = 0;
-  int max_active_clusters = 0;  // clusters of CLUSTER_M x CLUSTER_N that fit at once
-};
-
-bool setup_device(int device, DeviceSetup& setup) {
-  if (setup.ready) return true;
-  if (cudaDeviceGetAttribute(&setup.sm_count, cudaDevAttrMultiProcessorCount, device) !=
-      cudaSuccess) {
-    return false;
-  }
-  const void* kernel = reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>);
-  constexpr int kSmemBytes = GemmKernel::SharedStorageSize;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) !=
-      cudaSuccess) {
-    return false;
-  }
-  // Without this count CUTLASS guesses from the GPC layout of a full GH100; a grid of more
-  // clusters than fit would leave a second wave of one cluster per SM pair.
-  cudaLaunchAttribute cluster_attr{};
-  cluster_attr.id = cudaLaunchAttributeClusterDimension;
-  cluster_attr.val.clusterDim.x = CLUSTER_M;
-  cluster_attr.val.clusterDim.y = CLUSTER_N;
-  cluster_attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(CLUSTER_M, CLUSTER_N, 1);
-  config.blockDim = dim3(GemmKernel::MaxThreadsPerBlock, 1, 1);
-  config.dynamicSmemBytes = kSmemBytes;
-  config.attrs = &cluster_attr;
-  config.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&setup.max_active_clusters, kernel, &config) != cudaSuccess) {
-    cudaGetLastError();
-    setup.max_active_clusters = 0;  // CUTLASS's estimate then
-  }
-  setup.ready = true;
-  return true;
-}
-
 int run_wgmma(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, int K,
-              const DeviceSetup& setup, int device, cudaStream_t stream) {
+              cudaStream_t stream) {
   typename Gemm::Arguments arguments{};
   arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   arguments.problem_shape = ProblemShape{M, N, K, 1};
@@ -298,33 +254,8 @@ int run_wgmma(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, int 
   arguments.epilogue.dC = StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
   arguments.epilogue.ptr_D = reinterpret_cast<Element*>(c);
   arguments.epilogue.dD = StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
-  arguments.hw_info.device_id = device;
-  arguments.hw_info.sm_count = setup.sm_count;
-  arguments.hw_info.max_active_clusters = setup.max_active_clusters;
-  arguments.scheduler.max_swizzle_size = SWIZZLE;
-  arguments.scheduler.raster_order = RASTER == 1   ? RasterOrder::AlongM
-                                     : RASTER == 2 ? RasterOrder::AlongN
-                                                   : RasterOrder::Heuristic;
-
-  if (Gemm::can_implement(arguments) != cutlass::Status::kSuccess) {
-    return run_fallback(a, b, c, M, N, K, stream);
-  }
-  // Stream-K's partial sums and tile flags; empty for the persistent scheduler.
-  static kf::Workspace workspace;
-  const size_t workspace_bytes = Gemm::get_workspace_size(arguments);
-  void* workspace_data = workspace.get(workspace_bytes, stream);
-  if (workspace_bytes > 0 && workspace_data == nullptr) return KF_ERR_OUT_OF_MEMORY;
-
-  Gemm gemm;
-  if (gemm.initialize(arguments, workspace_data, stream) != cutlass::Status::kSuccess) {
-    return KF_ERR_LAUNCH;
-  }
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return KF_ERR_LAUNCH;
-  return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
-}
-
-bool is_tma_aligned(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  return kf::run_cutlass_gemm<Gemm, CLUSTER_M, CLUSTER_N>(
+      arguments, RASTER, SWIZZLE, stream, [&] { return run_fallback(a, b, c, M, N, K, stream); });
 }
 
 }  // namespace
@@ -344,19 +275,10 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
         cudaMemsetAsync(c_data, 0, size_t(M) * size_t(N) * sizeof(kf_elem), stream);
     return err == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
   }
-  if (K % kAlignment != 0 || N % kAlignment != 0 || !is_tma_aligned(a_data) ||
-      !is_tma_aligned(b_data) || !is_tma_aligned(c_data)) {
+  if (K % kAlignment != 0 || N % kAlignment != 0 || !kf::is_tma_aligned(a_data) ||
+      !kf::is_tma_aligned(b_data) || !kf::is_tma_aligned(c_data)) {
     return run_fallback(a_data, b_data, c_data, int(M), int(N), int(K), stream);
   }
 
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return KF_ERR_LAUNCH;
-  constexpr int kMaxDevices = 64;
-  static DeviceSetup setups[kMaxDevices];
-  if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
-  if (!setup_device(device, setups[device])) {
-    cudaGetLastError();
-    return KF_ERR_LAUNCH;
-  }
-  return run_wgmma(a_data, b_data, c_data, int(M), int(N), int(K), setups[device], device, stream);
+  return run_wgmma(a_data, b_data, c_data, int(M), int(N), int(K), stream);
 }

@@ -164,7 +164,10 @@ class Mapper {
     }
     if (name_ == "addmm") {
       // addmm(input, mat1, mat2, ...): input + mat1 @ mat2, the input first.
-      if (plain(1, 2)) return added_term(input(in_, 0));
+      if (plain(1, 2)) {
+        add_term(input(in_, 0));
+        return true;
+      }
       if (plain(0, 1)) return true;
       return fail("addmm inputs are not input, [M, K], [K, N]");
     }
@@ -191,7 +194,8 @@ class Mapper {
         return fail(fmt::format("linear inputs {} and {} are not [.., K] and [N, K]", dims_text(x),
                                 dims_text(w)));
       mnk(leading(x), w[0], w[1]);
-      return added_term(input(in_, 2));
+      add_term(input(in_, 2));
+      return true;
     }
     if (name_ == "matmul") {
       const Dims &x = input(in_, 0), &y = input(in_, 1);
@@ -226,8 +230,8 @@ class Mapper {
   // The term a matmul's call adds to its product (M, N set): none, a bias [N] broadcast over the
   // rows (matmul_bias), or a whole [M, N] (matmul_residual). Anything else (a column, a scalar)
   // leaves the matmul as the problem, with a note.
-  bool added_term(const Dims& term) {
-    if (term.empty()) return true;
+  void add_term(const Dims& term) {
+    if (term.empty()) return;
     const int64_t m = problem_.sizes.at("M"), n = problem_.sizes.at("N");
     if (term == Dims{n} || term == Dims{1, n}) {
       problem_.op = "matmul_bias";
@@ -237,7 +241,6 @@ class Mapper {
       note(
           fmt::format("the added {} is left out (neither a bias [N] nor [M, N])", dims_text(term)));
     }
-    return true;
   }
 
   // rows = product of the leading dims, cols = the last one.
