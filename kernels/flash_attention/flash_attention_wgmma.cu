@@ -228,6 +228,12 @@ CUTE_HOST_DEVICE int row_half(int i) {
   return (i / 2) % 2;
 }
 
+// A compiler barrier. CUTLASS issues mbarrier waits and arrivals as asm without a memory clobber,
+// so the tile index that travels in shared memory beside them is fenced in by these.
+__device__ __forceinline__ void compiler_fence() {
+  asm volatile("" ::: "memory");
+}
+
 // The consumers' turns at the tensor cores under PINGPONG: named barriers 0 and 1 (after
 // CUTLASS's reserved ones), one per consumer warp group. A warp group waits on its own before
 // issuing and, once it has issued, lets the other go.
@@ -325,10 +331,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         // Q's buffer (and `tile`) are free once both consumers' last Q K^T of the tile before
         // has retired; the next tile comes from the counter.
         cutlass::arch::ClusterBarrier::wait(&shared.q_empty, (round - 1) % 2);
+        compiler_fence();
         tile = int(gridDim.x) + atomicAdd(p.next_tile, 1);
       }
       if (tile >= p.tiles) {
         shared.tile = -1;
+        compiler_fence();
         cutlass::arch::ClusterBarrier::arrive(&shared.q_full);
         return;
       }
@@ -348,6 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The tile's index is written before the arrival that Q's bytes complete (an mbarrier
       // arrival releases the thread's earlier writes to whoever waits on the phase).
       shared.tile = tile;
+      compiler_fence();
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&shared.q_full, T::kQBytes);
       copy(p.tma_q.with(shared.q_full), q_src, q_dst);
       for (int n = key_tiles(m_block) - 1; n >= 0; --n) {
@@ -465,7 +474,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   // Q's buffer goes back to the producer once the tile's last Q K^T has retired.
-  const auto release_q = [&]() { cutlass::arch::ClusterBarrier::arrive(&shared.q_empty); };
+  const auto release_q = [&]() {
+    compiler_fence();
+    cutlass::arch::ClusterBarrier::arrive(&shared.q_empty);
+  };
 
   // Under PINGPONG the consumers' turns alternate through every tile of the block, consumer 0
   // first.
@@ -474,8 +486,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int round = 0;; ++round) {
     cutlass::arch::ClusterTransactionBarrier::wait(&shared.q_full, round % 2);
-    if (shared.tile < 0) break;
-    locate_tile(shared.tile, m_blocks, p.heads, m_block, head);
+    compiler_fence();
+    const int tile = shared.tile;
+    if (tile < 0) break;
+    locate_tile(tile, m_blocks, p.heads, m_block, head);
     for (int h = 0; h < 2; ++h) {
       row_max[h] = -INFINITY;
       row_sum[h] = 0.0f;
