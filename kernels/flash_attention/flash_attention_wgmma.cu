@@ -6,6 +6,7 @@
  * param: STAGES = 2 in {2, 3}
  * param: PINGPONG = 1 in {0, 1}
  * param: HEADS_PER_SECTION = 8 in {1, 2, 4, 8, 16}
+ * param: PERSISTENT = 0 in {0, 1}
  * # two consumer warp groups of 64 query rows each
  * derive: BLOCK_M = 128
  * # shared memory at head_dim 128: the Q tile, STAGES K tiles and STAGES V tiles, barriers and
@@ -67,6 +68,16 @@
 // before the next head's lightest ones). A section's keys and values stay in L2 while its
 // blocks run: 8 heads of 4096 x 128 bf16 keys and values are 16 MB.
 //
+// PERSISTENT 1: one block per SM (never more blocks than tiles) works through the tiles in
+// that order, taking the next from a counter in global memory when it is done with one, so an
+// SM that drew light tiles takes more of them. The producer loads the next tile's Q, keys and
+// values while the consumers finish the tile before it (its last product and the epilogue),
+// which a block launched for one tile leaves the SM to do alone. Q's buffer is handed back by
+// a barrier of its own (q_empty) once both consumers' last Q K^T has retired; the tile's index
+// travels in shared memory ahead of Q's bytes (q_full), -1 when none is left. The counter is a
+// kf::Workspace zeroed in stream order before each launch, so calls of one module on two
+// streams at once would share it.
+//
 // Stability: as in flash_attention_mma.cu. The running maximum m starts at -inf; scores are
 // exponentiated only after it is subtracted; while every key a row has seen is masked its
 // reference point is 0, so masked scores give exp2(-inf) = 0, not NaN. P is rounded to the
@@ -83,6 +94,8 @@
 //   STAGES    depth of the K and V rings.
 //   PINGPONG  1: the consumer warp groups alternate their wgmma issue; 0: each issues freely.
 //   HEADS_PER_SECTION  heads whose blocks are interleaved in the launch order (above).
+//   PERSISTENT  1: a block per SM takes tiles from a counter; 0: a block per tile.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -91,6 +104,7 @@
 #include "flash_attention_common.cuh"
 #include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
+#include "kforge/workspace.cuh"
 
 #include <cutlass/arch/barrier.h>
 #include <cutlass/numeric_conversion.h>
@@ -108,9 +122,10 @@ constexpr int kConsumers = 2;  // consumer warp groups, 64 query rows each
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kConsumerThreads = 128 * kConsumers;
 constexpr int kMaxHeadDim = 128;
-// setmaxnreg: the producer keeps what issuing copies needs, the consumers take the rest
-// (24 + 2 x 240 per thread fits the 64K-register file at 384 threads).
-constexpr int kProducerRegisters = 24;
+// setmaxnreg: the producer keeps what issuing copies needs, the consumers take the rest (at
+// most 512 per thread across the three warp groups fits the 64K-register file at 384 threads).
+// The persistent producer's tile loop spills at 24.
+constexpr int kProducerRegisters = PERSISTENT ? 32 : 24;
 constexpr int kConsumerRegisters = 240;
 
 static_assert(kBlockM == 64 * kConsumers, "one 64-row wgmma atom per consumer warp group");
@@ -165,7 +180,9 @@ struct Tiles {
     alignas(1024) cute::array_aligned<Element, cosize_v<SmemLayoutKV>> v;
     typename Pipeline::SharedStorage k_pipeline;
     typename Pipeline::SharedStorage v_pipeline;
-    alignas(8) uint64_t q_full;  // Q's bytes have landed
+    alignas(8) uint64_t q_full;   // Q's bytes have landed (and `tile` is set)
+    alignas(8) uint64_t q_empty;  // both consumers' last Q K^T of the tile has retired
+    int tile;                     // the tile Q holds; -1: none left
   };
   static_assert(sizeof(Shared) <= (kBlockM + 2 * STAGES * BLOCK_N) * 128 * sizeof(Element) + 1024,
                 "the header's SMEM_BYTES bound");
@@ -174,8 +191,10 @@ struct Tiles {
     TmaQ tma_q;
     TmaKV tma_k;
     TmaKV tma_v;
-    Element* o;  // o: [heads, seq_len, head_dim]
-    int heads;   // batch * query heads
+    Element* o;      // o: [heads, seq_len, head_dim]
+    int* next_tile;  // PERSISTENT: tiles taken past the first gridDim.x (zeroed per launch)
+    int tiles;       // (query blocks, head) pairs
+    int heads;       // batch * query heads
     int seq_len;
     int head_dim;
     int group;         // query heads per key/value head
@@ -207,6 +226,12 @@ __device__ __forceinline__ float quad_sum(float v) {
 // tests/unit/test_attention_wgmma_layouts.cu checks this against CuTe's layouts.
 CUTE_HOST_DEVICE int row_half(int i) {
   return (i / 2) % 2;
+}
+
+// A compiler barrier. CUTLASS issues mbarrier waits and arrivals as asm without a memory clobber,
+// so the tile index that travels in shared memory beside them is fenced in by these.
+__device__ __forceinline__ void compiler_fence() {
+  asm volatile("" ::: "memory");
 }
 
 // The consumers' turns at the tensor cores under PINGPONG: named barriers 0 and 1 (after
@@ -243,6 +268,17 @@ __device__ __forceinline__ void wait_for_gemms(Fragments&... fragments) {
   (warpgroup_fence_operand(fragments), ...);
 }
 
+// The (query block, head) of tile `tile` in the launch order described at the top; `head` is
+// batch * heads + query head.
+__device__ __forceinline__ void locate_tile(int tile, int m_blocks, int heads, int& m_block,
+                                            int& head) {
+  const int first_head = tile / (HEADS_PER_SECTION * m_blocks) * HEADS_PER_SECTION;
+  const int section_heads = min(HEADS_PER_SECTION, heads - first_head);
+  const int in_section = tile - first_head * m_blocks;
+  m_block = m_blocks - 1 - in_section / section_heads;  // last rows first
+  head = first_head + in_section % section_heads;
+}
+
 template <int kDim>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_attention_wgmma(const __grid_constant__ typename Tiles<kDim>::Params p) {
@@ -254,17 +290,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   typename T::Shared& shared = *reinterpret_cast<typename T::Shared*>(smem);
 
   const int warp_group = cutlass::canonical_warp_group_idx();
-  // This block's (rows, head) in the launch order described at the top.
   const int m_blocks = (p.seq_len + kBlockM - 1) / kBlockM;
-  const int first_head = int(blockIdx.x) / (HEADS_PER_SECTION * m_blocks) * HEADS_PER_SECTION;
-  const int section_heads = min(HEADS_PER_SECTION, p.heads - first_head);
-  const int in_section = int(blockIdx.x) - first_head * m_blocks;
-  const int m_block = m_blocks - 1 - in_section / section_heads;  // last rows first
-  const int head = first_head + in_section % section_heads;       // batch * heads + query head
-  const int kv_head = head / p.group;
-  // Key tiles this block reads: up to its last row under causal attention.
-  const int key_end = p.causal ? min(p.seq_len, (m_block + 1) * kBlockM) : p.seq_len;
-  const int n_tiles = (key_end + BLOCK_N - 1) / BLOCK_N;
+  // Key tiles a block of rows m_block reads: up to its last row under causal attention.
+  const auto key_tiles = [&](int m_block) {
+    const int key_end = p.causal ? min(p.seq_len, (m_block + 1) * kBlockM) : p.seq_len;
+    return (key_end + BLOCK_N - 1) / BLOCK_N;
+  };
 
   // Barriers: K and V's rings (their constructors initialise them, warp 0 doing it), and Q's.
   typename Pipeline::Params pipeline_params;
@@ -277,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   Pipeline v_pipeline(shared.v_pipeline, pipeline_params, Shape<_1, _1, _1>{});
   if (threadIdx.x == 0) {
     cutlass::arch::ClusterTransactionBarrier::init(&shared.q_full, 1);
+    cutlass::arch::ClusterBarrier::init(&shared.q_empty, kConsumerThreads);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -292,29 +324,52 @@ __global__ void __launch_bounds__(kThreads, 1)
     Tensor mQ = p.tma_q.get_tma_tensor(make_shape(p.seq_len, p.head_dim, p.heads));
     Tensor mK = p.tma_k.get_tma_tensor(make_shape(p.seq_len, p.head_dim, p.heads / p.group));
     Tensor mV = p.tma_v.get_tma_tensor(make_shape(p.seq_len, p.head_dim, p.heads / p.group));
-    Tensor gQ = local_tile(mQ(_, _, head), typename T::TileQ{}, make_coord(m_block, 0));
-    Tensor gK = local_tile(mK(_, _, kv_head), typename T::TileKV{}, make_coord(_, 0));  // (.., n)
-    Tensor gV = local_tile(mV(_, _, kv_head), typename T::TileKV{}, make_coord(_, 0));
-    auto [q_src, q_dst] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                        group_modes<0, 2>(gQ));
-    auto [k_src, k_dst] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                        group_modes<0, 2>(gK));
-    auto [v_src, v_dst] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
-                                        group_modes<0, 2>(gV));
-
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&shared.q_full, T::kQBytes);
-    copy(p.tma_q.with(shared.q_full), q_src, q_dst);
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-    for (int n = n_tiles - 1; n >= 0; --n) {
-      k_pipeline.producer_acquire(write);
-      copy(p.tma_k.with(*k_pipeline.producer_get_barrier(write)), k_src(_, n),
-           k_dst(_, write.index()));
-      v_pipeline.producer_acquire(write);
-      copy(p.tma_v.with(*v_pipeline.producer_get_barrier(write)), v_src(_, n),
-           v_dst(_, write.index()));
-      ++write;
+    int tile = int(blockIdx.x);
+    for (int round = 0;; ++round) {
+      if (round > 0) {
+        // Q's buffer (and `tile`) are free once both consumers' last Q K^T of the tile before
+        // has retired; the next tile comes from the counter.
+        cutlass::arch::ClusterBarrier::wait(&shared.q_empty, (round - 1) % 2);
+        compiler_fence();
+        tile = int(gridDim.x) + atomicAdd(p.next_tile, 1);
+      }
+      if (tile >= p.tiles) {
+        shared.tile = -1;
+        compiler_fence();
+        cutlass::arch::ClusterBarrier::arrive(&shared.q_full);
+        return;
+      }
+      int m_block, head;
+      locate_tile(tile, m_blocks, p.heads, m_block, head);
+      const int kv_head = head / p.group;
+      Tensor gQ = local_tile(mQ(_, _, head), typename T::TileQ{}, make_coord(m_block, 0));
+      Tensor gK = local_tile(mK(_, _, kv_head), typename T::TileKV{}, make_coord(_, 0));  // (.., n)
+      Tensor gV = local_tile(mV(_, _, kv_head), typename T::TileKV{}, make_coord(_, 0));
+      auto [q_src, q_dst] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ),
+                                          group_modes<0, 2>(gQ));
+      auto [k_src, k_dst] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK),
+                                          group_modes<0, 2>(gK));
+      auto [v_src, v_dst] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV),
+                                          group_modes<0, 2>(gV));
+
+      // The tile's index is written before the arrival that Q's bytes complete (an mbarrier
+      // arrival releases the thread's earlier writes to whoever waits on the phase).
+      shared.tile = tile;
+      compiler_fence();
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&shared.q_full, T::kQBytes);
+      copy(p.tma_q.with(shared.q_full), q_src, q_dst);
+      for (int n = key_tiles(m_block) - 1; n >= 0; --n) {
+        k_pipeline.producer_acquire(write);
+        copy(p.tma_k.with(*k_pipeline.producer_get_barrier(write)), k_src(_, n),
+             k_dst(_, write.index()));
+        v_pipeline.producer_acquire(write);
+        copy(p.tma_v.with(*v_pipeline.producer_get_barrier(write)), v_src(_, n),
+             v_dst(_, write.index()));
+        ++write;
+      }
+      if constexpr (!PERSISTENT) return;
     }
-    return;
   }
 
   // ---- consumers -------------------------------------------------------------------------------
@@ -341,9 +396,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Each score's (row, key) within the block's tile, for masking.
   Tensor s_coord = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<BLOCK_N>>{}));
 
-  float row_max[2] = {-INFINITY, -INFINITY};  // log2 units, rows g and g + 8 of the thread's warp
-  float row_sum[2] = {0.0f, 0.0f};            // this thread's share of the running sums
-  float rescale[2] = {1.0f, 1.0f};            // exp2(m_old - m_new) of the last softmax
+  int m_block = 0, head = 0;  // the tile's, set at its start
+  float row_max[2];           // log2 units, rows g and g + 8 of the thread's warp
+  float row_sum[2];           // this thread's share of the running sums
+  float rescale[2];           // exp2(m_old - m_new) of the last softmax
 
   // The softmax of tile n's scores in s: masked where asked, maxima, p in place, sums.
   const auto softmax = [&](int n, bool masked) {
@@ -417,69 +473,91 @@ __global__ void __launch_bounds__(kThreads, 1)
     ++read_v;
   };
 
+  // Q's buffer goes back to the producer once the tile's last Q K^T has retired.
+  const auto release_q = [&]() {
+    compiler_fence();
+    cutlass::arch::ClusterBarrier::arrive(&shared.q_empty);
+  };
+
+  // Under PINGPONG the consumers' turns alternate through every tile of the block, consumer 0
+  // first.
   if constexpr (PINGPONG) {
-    if (consumer == 1) pass_turn(consumer);  // consumer 0 issues first
+    if (consumer == 1) pass_turn(consumer);
   }
-  cutlass::arch::ClusterTransactionBarrier::wait(&shared.q_full, 0);
+  for (int round = 0;; ++round) {
+    cutlass::arch::ClusterTransactionBarrier::wait(&shared.q_full, round % 2);
+    compiler_fence();
+    const int tile = shared.tile;
+    if (tile < 0) break;
+    locate_tile(tile, m_blocks, p.heads, m_block, head);
+    for (int h = 0; h < 2; ++h) {
+      row_max[h] = -INFINITY;
+      row_sum[h] = 0.0f;
+      rescale[h] = 1.0f;
+    }
 
-  // First tile (the last keys): S alone.
-  int n = n_tiles - 1;
-  wait_for_turn(consumer);
-  issue_scores();
-  pass_turn(consumer);
-  wait_for_gemms<0>(s);
-  release_k();
-  clear(o);
-  softmax(n, needs_mask(n));
-  round_s_into_p();
-
-  // Every further tile: S_n and the previous tile's P V in flight together, then S_n's
-  // softmax while P V runs.
-  for (--n; n >= 0; --n) {
+    // First tile (the last keys): S alone.
+    int n = key_tiles(m_block) - 1;
     wait_for_turn(consumer);
     issue_scores();
+    pass_turn(consumer);
+    wait_for_gemms<0>(s);
+    release_k();
+    if (n == 0) release_q();
+    clear(o);
+    softmax(n, needs_mask(n));
+    round_s_into_p();
+
+    // Every further tile: S_n and the previous tile's P V in flight together, then S_n's
+    // softmax while P V runs.
+    for (--n; n >= 0; --n) {
+      wait_for_turn(consumer);
+      issue_scores();
+      issue_product();
+      pass_turn(consumer);
+      wait_for_gemms<1>(s);  // S_n is in; P V may still run
+      release_k();
+      if (n == 0) release_q();
+      softmax(n, needs_mask(n));
+      wait_for_gemms<0>(o, prob);  // prob may now be overwritten
+      release_v();
+      rescale_o();
+      round_s_into_p();
+    }
+
+    // The last product.
+    wait_for_turn(consumer);
     issue_product();
     pass_turn(consumer);
-    wait_for_gemms<1>(s);  // S_n is in; P V may still run
-    release_k();
-    softmax(n, needs_mask(n));
-    wait_for_gemms<0>(o, prob);  // prob may now be overwritten
+    wait_for_gemms<0>(o, prob);
     release_v();
-    rescale_o();
-    round_s_into_p();
-  }
 
-  // The last product.
-  wait_for_turn(consumer);
-  issue_product();
-  pass_turn(consumer);
-  wait_for_gemms<0>(o, prob);
-  release_v();
+    // O = o / l, l summed over the quad (a valid row always saw key 0, so l > 0), written as
+    // pairs of neighbouring columns.
+    float inverse_sum[2];
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h)
+      inverse_sum[h] = 1.0f / quad_sum(row_sum[h]);
+    Tensor o_coord = thread_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kDim>>{}));
+    Element* o_head = p.o + int64_t(head) * p.seq_len * p.head_dim;  // o_head: [seq_len, head_dim]
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(o); i += 2) {
+      const int row = m_block * kBlockM + get<0>(o_coord(i));
+      const int col = get<1>(o_coord(i));  // col + 1 at i + 1
+      if (row >= p.seq_len || col >= p.head_dim) continue;
+      const float scale = inverse_sum[row_half(i)];
+      cutlass::AlignedArray<Element, 2> pair;
+      pair[0] = Element(o(i) * scale);
+      pair[1] = Element(o(i + 1) * scale);
+      // head_dim is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
+      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(o_head + int64_t(row) * p.head_dim +
+                                                            col) = pair;
+    }
+    if constexpr (!PERSISTENT) break;
+  }
   // Consumer 1's first pass_turn left consumer 0's barrier one arrival ahead: take it.
   if constexpr (PINGPONG) {
     if (consumer == 0) wait_for_turn(consumer);
-  }
-
-  // O = o / l, l summed over the quad (a valid row always saw key 0, so l > 0), written as
-  // pairs of neighbouring columns.
-  float inverse_sum[2];
-  CUTLASS_PRAGMA_UNROLL
-  for (int h = 0; h < 2; ++h)
-    inverse_sum[h] = 1.0f / quad_sum(row_sum[h]);
-  Tensor o_coord = thread_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kDim>>{}));
-  Element* o_head = p.o + int64_t(head) * p.seq_len * p.head_dim;  // o_head: [seq_len, head_dim]
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < size(o); i += 2) {
-    const int row = m_block * kBlockM + get<0>(o_coord(i));
-    const int col = get<1>(o_coord(i));  // col + 1 at i + 1
-    if (row >= p.seq_len || col >= p.head_dim) continue;
-    const float scale = inverse_sum[row_half(i)];
-    cutlass::AlignedArray<Element, 2> pair;
-    pair[0] = Element(o(i) * scale);
-    pair[1] = Element(o(i + 1) * scale);
-    // head_dim is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
-    *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(o_head + int64_t(row) * p.head_dim +
-                                                          col) = pair;
   }
 #else
   // Built for an architecture without wgmma (anything but sm_90a): fail loudly rather than
@@ -554,6 +632,24 @@ int run_wgmma(const kf_attention::Problem& p) {
   using T = Tiles<kDim>;
   const int seq_len = int(p.seq_len), head_dim = int(p.head_dim);
   const int heads = int(p.heads), kv_heads = int(p.heads / p.group);
+  const int tiles = (seq_len + kBlockM - 1) / kBlockM * heads;
+  // A block per tile, or under PERSISTENT a block per SM and the counter they take tiles from.
+  int blocks = tiles;
+  int* next_tile = nullptr;
+  if constexpr (PERSISTENT) {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return KF_ERR_LAUNCH;
+    }
+    constexpr int kMaxDevices = 64;
+    static kf::Workspace counters[kMaxDevices];
+    if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
+    next_tile = static_cast<int*>(counters[device].get(sizeof(int), p.stream));
+    if (next_tile == nullptr) return KF_ERR_OUT_OF_MEMORY;
+    if (cudaMemsetAsync(next_tile, 0, sizeof(int), p.stream) != cudaSuccess) return KF_ERR_LAUNCH;
+    blocks = std::min(tiles, sms);
+  }
   const auto tensor = [&](const kf_elem* data, int count) {
     return make_tensor(
         make_gmem_ptr(reinterpret_cast<const Element*>(data)),
@@ -565,6 +661,8 @@ int run_wgmma(const kf_attention::Problem& p) {
       make_tma_copy(SM90_TMA_LOAD{}, tensor(p.k, kv_heads), take<0, 2>(typename T::SmemLayoutKV{})),
       make_tma_copy(SM90_TMA_LOAD{}, tensor(p.v, kv_heads), take<0, 2>(typename T::SmemLayoutKV{})),
       reinterpret_cast<Element*>(p.o),
+      next_tile,
+      tiles,
       heads,
       seq_len,
       head_dim,
@@ -578,9 +676,7 @@ int run_wgmma(const kf_attention::Problem& p) {
       cudaSuccess) {
     return KF_ERR_LAUNCH;
   }
-  // One block per (rows, head), in the order the kernel decodes from its index.
-  const unsigned blocks = unsigned((p.seq_len + kBlockM - 1) / kBlockM) * unsigned(p.heads);
-  kernel<<<blocks, kThreads, kSmemBytes, p.stream>>>(params);
+  kernel<<<unsigned(blocks), kThreads, kSmemBytes, p.stream>>>(params);
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 

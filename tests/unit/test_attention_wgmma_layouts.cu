@@ -8,6 +8,8 @@
 #define BLOCK_N 128
 #define STAGES 2
 #define PINGPONG 1
+#define HEADS_PER_SECTION 8
+#define PERSISTENT 0
 #define BLOCK_M 128
 #include "flash_attention_wgmma.cu"
 
