@@ -13,12 +13,12 @@
  * # the 1024-byte alignment of the swizzled tiles (a static_assert checks the bound)
  * derive: SMEM_BYTES = (BLOCK_M + 2 * STAGES * BLOCK_N) * 128 * elem_bytes + 1024
  * require: SMEM_BYTES <= max_shared_per_block
- * # registers per consumer thread at head_dim 128 (setmaxnreg gives them 240): O's accumulators
- * # (64), the scores of one key tile (BLOCK_N / 2, fp32), the probabilities of the tile before
- * # it (BLOCK_N / 4, two 16-bit values a register) while its P V product runs, addresses,
- * # coordinates and the softmax state (about 40)
+ * # registers per consumer thread at head_dim 128 (setmaxnreg gives them 240, or 232 beside the
+ * # persistent producer's 40): O's accumulators (64), the scores of one key tile (BLOCK_N / 2,
+ * # fp32), the probabilities of the tile before it (BLOCK_N / 4, two 16-bit values a register)
+ * # while its P V product runs, addresses, coordinates and the softmax state (about 40)
  * derive: REGS_ESTIMATE = 64 + BLOCK_N / 2 + BLOCK_N / 4 + 40
- * require: REGS_ESTIMATE <= 240
+ * require: REGS_ESTIMATE <= (PERSISTENT ? 232 : 240)
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * # wgmma and the TMA: Hopper (sm_90a) alone
@@ -122,11 +122,17 @@ constexpr int kConsumers = 2;  // consumer warp groups, 64 query rows each
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kConsumerThreads = 128 * kConsumers;
 constexpr int kMaxHeadDim = 128;
-// setmaxnreg: the producer keeps what issuing copies needs, the consumers take the rest (at
-// most 512 per thread across the three warp groups fits the 64K-register file at 384 threads).
-// The persistent producer's tile loop spills at 24.
-constexpr int kProducerRegisters = PERSISTENT ? 32 : 24;
-constexpr int kConsumerRegisters = 240;
+// setmaxnreg: the producer keeps what issuing copies needs, the consumers take the rest. The
+// registers move within the block's own allocation: __launch_bounds__(384, 1) gives each thread
+// 168 (65536 / 384, down to a multiple of 8), so the three warp groups' counts may sum to at
+// most 3 x 168 = 504; asking for more leaves the consumers' setmaxnreg.inc waiting forever. The
+// persistent producer's tile loop spills at 24; 40 and 232 fill the allocation without spills.
+constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+constexpr int kProducerRegisters = PERSISTENT ? 40 : 24;
+constexpr int kConsumerRegisters = PERSISTENT ? 232 : 240;
+static_assert(kProducerRegisters + kConsumers * kConsumerRegisters <=
+                  (1 + kConsumers) * kLaunchRegisters,
+              "setmaxnreg moves registers within the block's allocation");
 
 static_assert(kBlockM == 64 * kConsumers, "one 64-row wgmma atom per consumer warp group");
 static_assert(BLOCK_N % 16 == 0, "P V takes keys 16 at a time");
