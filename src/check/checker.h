@@ -128,6 +128,10 @@ class Checker {
                          uint64_t seed, const CheckOptions& options,
                          const std::function<bool(CaseResult)>& record);
 
+  // Whether this backend has a reference for the problem: the host's in float64 up to
+  // kHostReferenceFlopLimit, beyond it the op's GPU reference on the CUDA backend.
+  bool has_reference(const OpSpec& op, const Sizes& sizes, InputKind kind) const;
+
   // Expected outputs (and magnitudes, for ops that ask for them) for the inputs in `tensors`;
   // empty when no reference is available for this problem on this backend.
   std::vector<std::vector<double>> reference_outputs(const OpSpec& op, const Sizes& sizes,

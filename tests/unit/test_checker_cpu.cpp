@@ -1,5 +1,7 @@
 // The five-stage check on the CPU backend: the starters pass, and every planted fault gets its
 // verdict in the stage meant to catch it. Problems are capped in size to keep CI quick.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "checker_fixture.h"
@@ -116,6 +118,34 @@ TEST_F(CheckerFixture, WorkerSurvivesCrashes) {
   const auto out = run_check(test::kernels_dir() + "/rmsnorm/rmsnorm_cpu.cpp", options);
   EXPECT_TRUE(out.report.passed()) << out.report.detail;
   EXPECT_GE(cpu_worker_->workers_started(), 2);
+}
+
+// Without a size cap, the CPU backend checks a matmul at the sizes its host reference covers and
+// does not run the others (it has nothing to compare them with): the fixture spins past the
+// reference's limit, so running such a case would end in TIMEOUT.
+TEST_F(CheckerFixture, CpuDoesNotRunSizesItCannotCompare) {
+  CheckOptions options;
+  options.stages = {"shape_sweep"};
+  options.timeout = std::chrono::seconds(20);
+  const auto out =
+      run_check(test::test_data_dir() + "/cpu/matmul_slow_past_host_reference.cpp", options);
+  EXPECT_TRUE(out.report.passed()) << out.report.detail;
+  const auto sweep_stage =
+      std::find_if(out.report.stages.begin(), out.report.stages.end(),
+                   [](const StageReport& s) { return s.name == "shape_sweep"; });
+  ASSERT_NE(sweep_stage, out.report.stages.end());
+  const StageReport& sweep = *sweep_stage;
+  int compared = 0, not_run = 0;
+  for (const CaseResult& c : sweep.results) {
+    if (!c.skipped) {
+      ++compared;
+      continue;
+    }
+    ++not_run;
+    EXPECT_NE(c.detail.find("no reference at this size"), std::string::npos) << c.label;
+  }
+  EXPECT_GE(compared, 3);  // tiny, small, medium
+  EXPECT_GE(not_run, 1);   // large, xlarge, ...
 }
 
 }  // namespace
