@@ -6,7 +6,7 @@
  * param: TILE_N = 256 in {64, 128, 192, 256}
  * param: TILE_K = 64 in {32, 64, 128}
  * param: CLUSTER_M = 2 in {1, 2}
- * param: CLUSTER_N = 1 in {1, 2}
+ * param: CLUSTER_N = 1 in {1, 2, 4}
  * param: STAGES = 4 in {2, 3, 4, 5, 6, 7, 8}
  * param: SCHEDULE = 0 in {0, 1}
  * param: EPILOGUE = 0 in {0, 1}
@@ -82,6 +82,8 @@
 //   TILE_M, TILE_N   output tile of one block (of one consumer warp group under ping-pong).
 //   TILE_K           K slice per pipeline stage; 64 16-bit elements = one 128-byte swizzle row.
 //   CLUSTER_M/N      blocks per cluster along M / N (TMA multicast of B / A across them).
+//                    CLUSTER_N 4 is for narrow outputs (N = 256 at TILE_N 64), whose blocks
+//                    would otherwise each read the same rows of A from L2.
 //   STAGES           depth of the shared-memory ring; more stages hide more load latency.
 //   SCHEDULE         0 = KernelTmaWarpSpecializedCooperative, 1 = KernelTmaWarpSpecializedPingpong.
 //   EPILOGUE         0 = TMA-store epilogue (shared-memory staging), 1 = direct register stores.
