@@ -472,19 +472,19 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
       (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string();
   const CommandResult torch = run_command(
       {test::kforge_binary(), "export", "--workspace", ws.string(), "--target", "torch", "--shape",
-       "fused_mlp:256x128x512", "--ceilings", ceilings, "--out", (dir / "torch").string()});
+       "matmul:256x128x512", "--ceilings", ceilings, "--out", (dir / "torch").string()});
   ASSERT_TRUE(torch.ok()) << torch.output;
-  EXPECT_NE(torch.output.find("fused_mlp: not exported (the torch target has no such op yet"),
+  EXPECT_NE(torch.output.find("matmul: not exported (the torch target has no such op yet"),
             std::string::npos)
       << torch.output;
   for (const nlohmann::json& op :
        read_json_file(dir / "torch" / "kforge_ops" / "manifest.json").at("ops"))
-    EXPECT_NE(op.value("op", ""), "fused_mlp");
+    EXPECT_NE(op.value("op", ""), "matmul");
   const CommandResult named =
-      run_command({test::kforge_binary(), "export", "fused_mlp", "--target", "torch", "--ceilings",
+      run_command({test::kforge_binary(), "export", "matmul", "--target", "torch", "--ceilings",
                    ceilings, "--out", (dir / "named").string()});
   EXPECT_FALSE(named.ok());
-  EXPECT_NE(named.output.find("the torch target has no op fused_mlp yet"), std::string::npos)
+  EXPECT_NE(named.output.find("the torch target has no op matmul yet"), std::string::npos)
       << named.output;
 }
 

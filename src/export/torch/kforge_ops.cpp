@@ -87,7 +87,8 @@ struct OpTable {
   X(cross_entropy)    \
   X(rotary_embedding) \
   X(rotary_embedding_half) \
-  X(reduce)
+  X(reduce)           \
+  X(fused_mlp)
 // clang-format on
 
 #define KFORGE_OP_NAME(op) #op,
@@ -367,6 +368,28 @@ at::Tensor reduce(const at::Tensor& x) {
   return x.to(at::kFloat).sum(-1).to(x.scalar_type()).contiguous();
 }
 
+// SwiGLU: (silu(x w_gate^T) * (x w_up^T)) w_down^T, the weights as nn.Linear holds them
+// (w_gate, w_up: [hidden, dim]; w_down: [dim, hidden]); x: [..., dim]. The kernels take x as
+// [rows, dim], so the leading dimensions are folded here (a view: x is contiguous when
+// covered).
+at::Tensor fused_mlp(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
+                     const at::Tensor& w_down) {
+  static OpTable& table = table_of("fused_mlp");
+  std::vector<int64_t> out_sizes = x.sizes().vec();
+  if (!out_sizes.empty()) out_sizes.back() = w_down.size(0);
+  if (x.dim() >= 2 && x.is_contiguous()) {
+    const at::Tensor rows = x.view({-1, x.size(-1)});
+    at::Tensor out = try_kforge(table, "fused_mlp", {rows, w_gate, w_up, w_down}, {}, [&] {
+      return cuda_empty({rows.size(0), w_down.size(0)}, x);
+    });
+    if (out.defined()) return out.view(out_sizes);
+  } else {
+    count_fallback(table, x.dim() < 2 ? "shape: fewer dimensions than the op's"
+                                      : "layout: a tensor is not contiguous");
+  }
+  return at::linear(at::silu(at::linear(x, w_gate)) * at::linear(x, w_up), w_down).contiguous();
+}
+
 // ---- Set-up and statistics, called from Python ----
 
 void set_device(const std::string& name) {
@@ -482,6 +505,8 @@ std::vector<double> host_us_per_call(const std::string& op, const std::vector<at
       return [&] { return rotary_embedding(inputs[0], inputs[1], inputs[2]); };
     if (op == "rotary_embedding_half")
       return [&] { return rotary_embedding_half(inputs[0], inputs[1], inputs[2]); };
+    if (op == "fused_mlp")
+      return [&] { return fused_mlp(inputs[0], inputs[1], inputs[2], inputs[3]); };
     return [&] { return reduce(inputs[0]); };
   }();
   const at::Tensor output = run_op();
@@ -587,6 +612,7 @@ TORCH_LIBRARY(kforge, m) {
   m.def("rotary_embedding(Tensor x, Tensor cos, Tensor sin) -> Tensor");
   m.def("rotary_embedding_half(Tensor x, Tensor cos, Tensor sin) -> Tensor");
   m.def("reduce(Tensor x) -> Tensor");
+  m.def("fused_mlp(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down) -> Tensor");
 }
 
 // CompositeExplicitAutograd: the same function serves CUDA (kforge or the fallback) and CPU (the

@@ -96,6 +96,11 @@ def example_inputs(op, sizes, dtype, device="cuda", seed=0):
         b, h, s, d = sizes["batch"], sizes["heads"], sizes["seq_len"], sizes["head_dim"]
         angles = torch.rand(s, d // 2, device=device, generator=g) * 6.3
         return randn(b, h, s, d), angles.cos().to(dtype), angles.sin().to(dtype)
+    if op == "fused_mlp":
+        rows, dim, hidden = sizes["batch"], sizes["dim"], sizes["hidden"]
+        scale = 1 / dim ** 0.5  # nn.Linear's scale keeps the activations near 1
+        return (randn(rows, dim), randn(hidden, dim) * scale, randn(hidden, dim) * scale,
+                randn(dim, hidden) / hidden ** 0.5)
     raise ValueError(f"no example inputs for {op}")
 
 
@@ -138,6 +143,11 @@ def _(x):
     return x.new_empty(x.shape[:-1])
 
 
+@torch.library.register_fake("kforge::fused_mlp")
+def _(x, w_gate, w_up, w_down):
+    return x.new_empty((*x.shape[:-1], w_down.shape[0]))
+
+
 # ---- autograd: none, said clearly ----
 
 
@@ -152,7 +162,7 @@ def _no_backward(name):
 
 
 for _name in ("rmsnorm", "layernorm", "softmax", "cross_entropy", "rotary_embedding",
-              "rotary_embedding_half", "reduce"):
+              "rotary_embedding_half", "reduce", "fused_mlp"):
     torch.library.register_autograd(f"kforge::{_name}", _no_backward(_name))
 
 from .patch import patch  # noqa: E402  (needs the ops registered above)

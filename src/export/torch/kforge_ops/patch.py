@@ -10,6 +10,9 @@ patch(model) replaces, in place:
     ...RotaryEmbeddingHalf, as in python/examples/llama.py) -> kforge::rotary_embedding_half
   - torch.nn.CrossEntropyLoss (mean, ignore index -100, no weights or smoothing) on [rows,
     classes] logits -> kforge::cross_entropy
+  - SwiGLU MLPs: Hugging Face's (LlamaMLP, Qwen2MLP, MistralMLP and the like: gate_proj,
+    up_proj and down_proj without biases, act_fn SiLU) and python/examples/llama.py's SwiGLU
+    (w_gate, w_up, w_down) -> kforge::fused_mlp
   - a Hugging Face causal LM's loss (ForCausalLMLoss: shift, flatten, mean cross-entropy) ->
     kforge::cross_entropy on the logits as the model made them (kforge accumulates in f32, so
     the upcast Hugging Face makes first is not needed)
@@ -69,6 +72,7 @@ _rmsnorm = _kforge_call("rmsnorm")
 _layernorm = _kforge_call("layernorm")
 _cross_entropy = _kforge_call("cross_entropy")
 _rotary_embedding_half = _kforge_call("rotary_embedding_half")
+_fused_mlp = _kforge_call("fused_mlp")
 
 
 def _rmsnorm_eps(module):
@@ -141,6 +145,51 @@ def _patch_cross_entropy(report, module, where):
         return _cross_entropy(logits, targets)
 
     _swap_forward(report, module, where, "cross_entropy", forward)
+
+
+def _is_silu(act):
+    return isinstance(act, torch.nn.SiLU) or act is torch.nn.functional.silu or \
+        type(act).__name__ in ("SiLU", "SiLUActivation")
+
+
+# The projections' names: Hugging Face's, then python/examples/llama.py's.
+_MLP_PROJECTIONS = (("gate_proj", "up_proj", "down_proj"), ("w_gate", "w_up", "w_down"))
+
+
+def _mlp_projections(module):
+    """(gate, up, down) nn.Linear modules of a SwiGLU MLP, or None."""
+    for names in _MLP_PROJECTIONS:
+        found = [getattr(module, n, None) for n in names]
+        if all(isinstance(p, torch.nn.Linear) for p in found):
+            return found
+    return None
+
+
+def _patch_mlp(report, module, where):
+    name = type(module).__name__
+    gate, up, down = _mlp_projections(module)
+    act = getattr(module, "act_fn", None)
+    # Without an act_fn attribute the activation is in the forward's code: trusted only for the
+    # example's own class, whose forward is known to be silu.
+    if not (_is_silu(act) or (act is None and name == "SwiGLU")):
+        report.not_swapped.append((where, name, f"activation {type(act).__name__} is not SiLU"))
+        return
+    if any(p.bias is not None for p in (gate, up, down)):
+        report.not_swapped.append((where, name, "projections with biases"))
+        return
+    hidden, dim = gate.weight.shape
+    if up.weight.shape != (hidden, dim) or down.weight.shape != (dim, hidden):
+        report.not_swapped.append((where, name, "gate, up and down shapes do not chain"))
+        return
+    original = module.forward
+
+    def forward(x):
+        if _recording_grad(x, gate.weight, up.weight, down.weight):
+            _C.count("fused_mlp", "autograd: gradients are being recorded")
+            return original(x)
+        return _fused_mlp(x, gate.weight, up.weight, down.weight)
+
+    _swap_forward(report, module, where, "fused_mlp", forward)
 
 
 def _patch_rotary_tables(report, module, where):
@@ -243,6 +292,7 @@ _MODULE_SWAPS = [
      _patch_cross_entropy),
     (lambda m, name: name.endswith("RotaryEmbeddingHalf"), "rotary_embedding_half",
      _patch_rotary_tables),
+    (lambda m, name: _mlp_projections(m) is not None, "fused_mlp", _patch_mlp),
 ]
 
 
@@ -275,7 +325,7 @@ def patch(model, verbose=True, ops=None):
             else:
                 left_alone(where, name, op)
         elif name.endswith("MLP") or name == "SwiGLU":
-            report.not_swapped.append((where, name, "SwiGLU MLP: no exported fused_mlp (tensor-core kernels are not tuned yet)"))
+            report.not_swapped.append((where, name, "not a gate/up/down SwiGLU of nn.Linear projections"))
         elif name.endswith("Attention"):
             report.not_swapped.append((where, name, "attention runs PyTorch's SDPA; kforge's attention is not exported"))
 
