@@ -18,6 +18,9 @@
 namespace kforge {
 namespace {
 
+// Why a case was skipped when this backend has no reference for its size.
+constexpr const char* kNoReferenceHere =
+    "no reference at this size on this backend (needs the GPU reference)";
 const std::vector<std::string> kStageNames = {"smoke", "shape_sweep", "stability", "determinism",
                                               "edge_cases"};
 
@@ -144,10 +147,14 @@ WorkerClient& Checker::clean_worker() {
   return *clean_worker_;
 }
 
-bool Checker::has_reference(const OpSpec& checked_op, const Sizes& sizes, InputKind kind) const {
-  const OpSpec& op = checked_op.reference_spec(kind, sizes);
+bool has_reference(const OpSpec& op, const Sizes& sizes, std::string_view backend) {
   return op.reference_flops(sizes) <= kHostReferenceFlopLimit ||
-         (worker_.options().backend == "cuda" && has_gpu_reference(op.name()));
+         (backend == "cuda" && has_gpu_reference(op.name()));
+}
+
+bool Checker::has_reference(const OpSpec& checked_op, const Sizes& sizes, InputKind kind) const {
+  return kforge::has_reference(checked_op.reference_spec(kind, sizes), sizes,
+                               worker_.options().backend);
 }
 
 std::vector<std::vector<double>> Checker::reference_outputs(const OpSpec& checked_op,
@@ -214,7 +221,7 @@ CaseResult Checker::run_prepared(const OpSpec& op, const CompileResult& build, C
   if (expected.empty()) expected = reference_outputs(op, sizes, tensors, scalars);
   if (expected.empty()) {
     result.skipped = true;
-    result.detail = "no reference at this size on this backend (needs the GPU reference)";
+    result.detail = kNoReferenceHere;
     return result;
   }
   result.compare = compare_outputs(op, dtype, tensors, expected, tolerance_scale);
@@ -404,19 +411,18 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
     const auto run = [&](const CompileResult& b, const std::string& label, const Sizes& sizes,
                          InputKind kind, double scale) {
       const uint64_t seed = derive_seed(report.seed, stage_name, case_index++);
-      if (options.max_elements > 0 && largest_tensor_elements(*op, sizes) > options.max_elements) {
+      // Not run: past --max-elements, or with nothing to compare with here (the CPU backend past
+      // the host reference's limit, where a CPU matmul at 4096^3 would outlast its time limit
+      // only to be skipped after; the sizes that are checked still catch out-of-bounds writes).
+      std::string not_run;
+      if (options.max_elements > 0 && largest_tensor_elements(*op, sizes) > options.max_elements)
+        not_run = fmt::format("over --max-elements {}", options.max_elements);
+      else if (!has_reference(*op, sizes, kind))
+        not_run = kNoReferenceHere;
+      if (!not_run.empty()) {
         CaseResult skipped{stage_name, label, sizes, b.variant.dtype, kind, seed};
         skipped.skipped = true;
-        skipped.detail = fmt::format("over --max-elements {}", options.max_elements);
-        return record(std::move(skipped));
-      }
-      // Nothing to compare with here (the CPU backend past the host reference's limit): not
-      // run, rather than run for minutes and skipped after (a CPU matmul at 4096^3 outlasts its
-      // time limit). The sizes that are checked still catch out-of-bounds writes.
-      if (!has_reference(*op, sizes, kind)) {
-        CaseResult skipped{stage_name, label, sizes, b.variant.dtype, kind, seed};
-        skipped.skipped = true;
-        skipped.detail = "no reference at this size on this backend (needs the GPU reference)";
+        skipped.detail = std::move(not_run);
         return record(std::move(skipped));
       }
       const auto timeout = options.timeout.count() > 0

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -91,6 +92,10 @@ using ProgressFn = std::function<void(const std::string&)>;
 // against the op's GPU reference instead (on the CUDA backend), or skipped (on the CPU backend).
 inline constexpr double kHostReferenceFlopLimit = 4e9;
 
+// Whether `backend` ("cpu", "cuda") has a reference for `op` at `sizes`: the host's in float64
+// up to kHostReferenceFlopLimit, beyond it the op's GPU reference on the CUDA backend.
+bool has_reference(const OpSpec& op, const Sizes& sizes, std::string_view backend);
+
 // The op's fp32 GPU reference for the inputs in `tensors`, computed by `reference_worker` (a
 // worker that never loads candidate code). One vector per output.
 std::vector<std::vector<double>> gpu_reference(WorkerClient& reference_worker, const OpSpec& op,
@@ -128,8 +133,7 @@ class Checker {
                          uint64_t seed, const CheckOptions& options,
                          const std::function<bool(CaseResult)>& record);
 
-  // Whether this backend has a reference for the problem: the host's in float64 up to
-  // kHostReferenceFlopLimit, beyond it the op's GPU reference on the CUDA backend.
+  // kforge::has_reference for the worker's backend and the op that checks inputs of `kind`.
   bool has_reference(const OpSpec& op, const Sizes& sizes, InputKind kind) const;
 
   // Expected outputs (and magnitudes, for ops that ask for them) for the inputs in `tensors`;

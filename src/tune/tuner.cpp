@@ -743,8 +743,7 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
   const OpSpec& op = *problem.op;
   const DeviceInfo& device = devices_->device();
   const bool cuda = device.backend == "cuda";
-  if (op.reference_flops(problem.sizes) > kHostReferenceFlopLimit &&
-      !(cuda && has_gpu_reference(op.name()))) {
+  if (!has_reference(op, problem.sizes, device.backend)) {
     throw UsageError(fmt::format(
         "{} at {} is too large for the host reference and {} has no GPU reference here: "
         "candidates could not be checked at the tuned size",

@@ -370,22 +370,19 @@ at::Tensor reduce(const at::Tensor& x) {
 
 // SwiGLU: (silu(x w_gate^T) * (x w_up^T)) w_down^T, the weights as nn.Linear holds them
 // (w_gate, w_up: [hidden, dim]; w_down: [dim, hidden]); x: [..., dim]. The kernels take x as
-// [rows, dim], so the leading dimensions are folded here (a view: x is contiguous when
-// covered).
+// [rows, dim], so a contiguous x is passed as that view; any other x is passed as it is, and
+// covering_row says why it falls back.
 at::Tensor fused_mlp(const at::Tensor& x, const at::Tensor& w_gate, const at::Tensor& w_up,
                      const at::Tensor& w_down) {
   static OpTable& table = table_of("fused_mlp");
-  std::vector<int64_t> out_sizes = x.sizes().vec();
-  if (!out_sizes.empty()) out_sizes.back() = w_down.size(0);
-  if (x.dim() >= 2 && x.is_contiguous()) {
-    const at::Tensor rows = x.view({-1, x.size(-1)});
-    at::Tensor out = try_kforge(table, "fused_mlp", {rows, w_gate, w_up, w_down}, {}, [&] {
-      return cuda_empty({rows.size(0), w_down.size(0)}, x);
-    });
-    if (out.defined()) return out.view(out_sizes);
-  } else {
-    count_fallback(table, x.dim() < 2 ? "shape: fewer dimensions than the op's"
-                                      : "layout: a tensor is not contiguous");
+  const at::Tensor rows = x.dim() >= 2 && x.is_contiguous() ? x.view({-1, x.size(-1)}) : x;
+  at::Tensor out = try_kforge(table, "fused_mlp", {rows, w_gate, w_up, w_down}, {}, [&] {
+    return cuda_empty({rows.size(0), w_down.size(0)}, x);
+  });
+  if (out.defined()) {
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = w_down.size(0);
+    return out.view(sizes);
   }
   return at::linear(at::silu(at::linear(x, w_gate)) * at::linear(x, w_up), w_down).contiguous();
 }
