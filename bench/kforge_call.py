@@ -107,3 +107,46 @@ class Timer:
         n = len(samples)
         return {"median_us": statistics.median(samples), "p10_us": samples[n // 10],
                 "p90_us": samples[(9 * n) // 10], "samples": n}
+
+    def kernel_us(self, fn, samples=40):
+        """A second account of fn's GPU time, beside time_us's events: the activity records
+        (CUPTI, through torch.profiler) of the kernels, memsets and copies fn issues, each call
+        after the same flush and spin as time_us's samples. Medians over the calls of the sum
+        of their durations (what the GPU spent in fn's own work) and of their span (the first
+        one's start to the last one's end, gaps included). Events also count the GPU's time
+        from the start event to the first kernel and from the last one to the end event; where
+        the two accounts differ by more between two functions than their times do, the events'
+        comparison is not the kernels'."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(samples):
+                self.flush_buffer.zero_()
+                torch.cuda._sleep(self.spin_cycles)
+                fn()
+                torch.cuda._sleep(1000)  # closes the call: its activities lie between two spins
+            torch.cuda.synchronize()
+        activities = sorted((e for e in prof.profiler.kineto_results.events()
+                             if str(e.device_type()).endswith("CUDA")), key=lambda e: e.start_ns())
+        calls, current = [], None
+        for e in activities:
+            if "spin_kernel" in e.name():
+                if current is None:
+                    current = []
+                else:
+                    calls.append(current)
+                    current = None
+            elif current is not None:
+                current.append(e)
+        calls = [c for c in calls if c]
+        if not calls:
+            return {"error": "no activity records between the spins"}
+        sums = [sum(e.duration_ns() for e in c) / 1e3 for c in calls]
+        spans = [(max(e.end_ns() for e in c) - min(e.start_ns() for e in c)) / 1e3 for c in calls]
+        return {"sum_median_us": statistics.median(sums),
+                "span_median_us": statistics.median(spans),
+                "activities_per_call": statistics.median(len(c) for c in calls),
+                "calls": len(calls)}
