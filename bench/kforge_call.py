@@ -65,14 +65,28 @@ class Timer:
     region."""
 
     def __init__(self, torch, l2_bytes, min_samples=20, max_samples=2000, max_seconds=1.0,
-                 target_stderr=0.002, redraw=None):
+                 target_stderr=0.002, redraw=None, flush="dirty"):
         self.torch = torch
         self.flush_buffer = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
+        # "dirty": the buffer is written, so the call meets an L2 full of lines that must go back
+        # to memory before its own take their place (as after a kernel that wrote a lot);
+        # "clean": the buffer is read, so the lines it leaves can be dropped.
+        if flush not in ("dirty", "clean"):
+            raise ValueError(f"flush must be dirty or clean, not {flush!r}")
+        self.flush_kind = flush
+        self.flush_sink = torch.empty((), dtype=torch.int32, device="cuda")
         self.min_samples, self.max_samples = min_samples, max_samples
         self.max_seconds, self.target_stderr = max_seconds, target_stderr
         self.redraw = redraw
         # ~100 us of spinning at the H200's 1.98 GHz.
         self.spin_cycles = 200_000
+
+    def flush(self):
+        """Evicts the L2 cache's contents by touching a buffer twice its size."""
+        if self.flush_kind == "dirty":
+            self.flush_buffer.zero_()
+        else:
+            self.torch.amax(self.flush_buffer.view(self.torch.int32), dim=0, out=self.flush_sink)
 
     def time_us(self, fn):
         torch = self.torch
@@ -84,7 +98,7 @@ class Timer:
         while len(samples) < self.max_samples:
             if self.redraw:
                 self.redraw()
-            self.flush_buffer.zero_()
+            self.flush()
             # Keep the GPU busy while the host issues the call, so that the timed region holds
             # GPU work only: without it, a call whose host side (Python wrapper, guards,
             # launch) outlasts the flush leaves the GPU idle inside the region.
@@ -124,7 +138,7 @@ class Timer:
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(samples):
-                self.flush_buffer.zero_()
+                self.flush()
                 torch.cuda._sleep(self.spin_cycles)
                 fn()
                 torch.cuda._sleep(1000)  # closes the call: its activities lie between two spins
