@@ -6,7 +6,7 @@
  * param: STAGES = 2 in {2, 3}
  * param: PINGPONG = 1 in {0, 1}
  * param: HEADS_PER_SECTION = 8 in {1, 2, 4, 8, 16}
- * param: PERSISTENT = 0 in {0, 1}
+ * param: PERSISTENT = 1 in {0, 1}
  * # two consumer warp groups of 64 query rows each
  * derive: BLOCK_M = 128
  * # shared memory at head_dim 128: the Q tile, STAGES K tiles and STAGES V tiles, barriers and
