@@ -125,9 +125,11 @@ class DeviceBackend {
   virtual void synchronize() = 0;
   // Throws KernelFault / OutOfMemory if the last launch failed to start.
   virtual void check_launch() = 0;
-  // Times one call of `launch` in milliseconds. With `cold_cache`, the cache is flushed first
-  // (so every sample reads its inputs from memory).
-  virtual double time_once(const std::function<void()>& launch, bool cold_cache) = 0;
+  // Times one call of `launch` in milliseconds. With `cold_cache`, none of `buffers` (the
+  // call's inputs and outputs) is in any cache when it starts, so every sample reads its inputs
+  // from memory; a backend may evict more than those (CUDA flushes the whole L2).
+  virtual double time_once(const std::function<void()>& launch, bool cold_cache,
+                           std::span<const DeviceSpan> buffers) = 0;
   virtual ClockReading read_clock() = 0;
   // Measured ceilings: a large copy (GB/s, bytes read + written) and, where there is a matrix
   // library, a large bf16 matrix product (TFLOP/s). Returns a JSON object.

@@ -166,7 +166,8 @@ class CudaBackend final : public DeviceBackend {
   void synchronize() override { check(cudaStreamSynchronize(stream_), "synchronize"); }
   void check_launch() override { check(cudaGetLastError(), "launch"); }
 
-  double time_once(const std::function<void()>& launch, bool cold_cache) override {
+  double time_once(const std::function<void()>& launch, bool cold_cache,
+                   std::span<const DeviceSpan> /*buffers*/) override {
     // The flush keeps the GPU busy while the events and the launch are queued behind it, so the
     // launch latency of the host stays out of the measured interval.
     if (cold_cache)
@@ -312,7 +313,7 @@ class CudaBackend final : public DeviceBackend {
         [&] { check(cudaMemsetAsync(flush_, 0, scratch.bytes(), stream_), "exercise"); },
         {&scratch, 1});
     fill_fresh(scratch, 0, scratch.count, FreshInput{}, 1);
-    time_once([&] { repeatable->launch(); }, false);
+    time_once([&] { repeatable->launch(); }, false, {});
     digest({&scratch, 1});
     check_nothing_left_running(std::chrono::seconds(10));
   }
@@ -322,12 +323,12 @@ class CudaBackend final : public DeviceBackend {
     rule.min_samples = 10;
     rule.max_seconds = 5;
     for (int i = 0; i < 3; ++i)
-      time_once(launch, cold_cache);  // warm-up
+      time_once(launch, cold_cache, {});  // warm-up
     std::vector<double> samples;
     std::string reason;
     const auto start = std::chrono::steady_clock::now();
     do {
-      samples.push_back(time_once(launch, cold_cache));
+      samples.push_back(time_once(launch, cold_cache, {}));
     } while (!rule.should_stop(
         samples, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
         &reason));
