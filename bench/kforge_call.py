@@ -138,19 +138,23 @@ class Timer:
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(samples):
+                if self.redraw:
+                    self.redraw()
                 self.flush()
-                torch.cuda._sleep(self.spin_cycles)
+                torch.cuda._sleep(self.spin_cycles)  # opens the call (~100 us)
                 fn()
-                torch.cuda._sleep(1000)  # closes the call: its activities lie between two spins
+                torch.cuda._sleep(1000)  # closes it (under a microsecond)
             torch.cuda.synchronize()
         activities = sorted((e for e in prof.profiler.kineto_results.events()
                              if str(e.device_type()).endswith("CUDA")), key=lambda e: e.start_ns())
+        # A call's activities lie between a long spin and the next short one; the spins are told
+        # apart by their length, so a missing record cannot pair a flush with a call.
         calls, current = [], None
         for e in activities:
             if "spin_kernel" in e.name():
-                if current is None:
+                if e.duration_ns() > 10_000:
                     current = []
-                else:
+                elif current is not None:
                     calls.append(current)
                     current = None
             elif current is not None:

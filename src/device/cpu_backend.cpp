@@ -42,7 +42,8 @@ class LineEvictor {
  public:
   LineEvictor() {
     const long line = sysconf(_SC_LEVEL1_DCACHE_LINESIZE);
-    line_bytes_ = line > 0 ? static_cast<uintptr_t>(line) : 64;
+    // The address mask below needs a power of two; 64 where the system does not say.
+    line_bytes_ = line > 0 && (line & (line - 1)) == 0 ? static_cast<uintptr_t>(line) : 64;
 #if defined(__x86_64__)
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     available_ = true;  // clflush is part of x86-64
