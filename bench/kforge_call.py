@@ -88,21 +88,28 @@ class Timer:
         else:
             self.torch.amax(self.flush_buffer.view(self.torch.int32), dim=0, out=self.flush_sink)
 
-    def time_us(self, fn):
-        torch = self.torch
+    def _warm_up(self, fn):
         for _ in range(3):
             fn()
-        torch.cuda.synchronize()
+        self.torch.cuda.synchronize()
+
+    def _before_call(self):
+        """What precedes every timed call: fresh inputs (with `redraw`), the flush, and a spin
+        that keeps the GPU busy while the host issues the call, so that the timed region holds
+        GPU work only: without it, a call whose host side (Python wrapper, guards, launch)
+        outlasts the flush leaves the GPU idle inside the region."""
+        if self.redraw:
+            self.redraw()
+        self.flush()
+        self.torch.cuda._sleep(self.spin_cycles)
+
+    def time_us(self, fn):
+        torch = self.torch
+        self._warm_up(fn)
         samples = []
         start_wall = time.perf_counter()
         while len(samples) < self.max_samples:
-            if self.redraw:
-                self.redraw()
-            self.flush()
-            # Keep the GPU busy while the host issues the call, so that the timed region holds
-            # GPU work only: without it, a call whose host side (Python wrapper, guards,
-            # launch) outlasts the flush leaves the GPU idle inside the region.
-            torch.cuda._sleep(self.spin_cycles)
+            self._before_call()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
@@ -133,15 +140,10 @@ class Timer:
         comparison is not the kernels'."""
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
+        self._warm_up(fn)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(samples):
-                if self.redraw:
-                    self.redraw()
-                self.flush()
-                torch.cuda._sleep(self.spin_cycles)  # opens the call (~100 us)
+                self._before_call()  # its spin (~100 us) opens the call
                 fn()
                 torch.cuda._sleep(1000)  # closes it (under a microsecond)
             torch.cuda.synchronize()

@@ -65,14 +65,23 @@ std::vector<void*> DeviceTensors::pointers(bool outputs) const {
   return out;
 }
 
+DeviceSpan DeviceTensors::span(size_t i) const {
+  const TensorRef& ref = refs_[i];
+  return {bases_[i] + kGuardBytes, ref.dtype,
+          static_cast<int64_t>(ref.bytes / dtype_size(ref.dtype))};
+}
+
 std::vector<DeviceSpan> DeviceTensors::spans(bool outputs) const {
   std::vector<DeviceSpan> out;
-  for (size_t i = 0; i < refs_.size(); ++i) {
-    const TensorRef& ref = refs_[i];
-    if (ref.is_output != outputs) continue;
-    out.push_back({bases_[i] + kGuardBytes, ref.dtype,
-                   static_cast<int64_t>(ref.bytes / dtype_size(ref.dtype))});
-  }
+  for (size_t i = 0; i < refs_.size(); ++i)
+    if (refs_[i].is_output == outputs) out.push_back(span(i));
+  return out;
+}
+
+std::vector<DeviceSpan> DeviceTensors::all_spans() const {
+  std::vector<DeviceSpan> out;
+  for (size_t i = 0; i < refs_.size(); ++i)
+    out.push_back(span(i));
   return out;
 }
 

@@ -30,6 +30,7 @@ class DeviceTensors {
   // Device pointers of the inputs (or outputs), in order.
   std::vector<void*> pointers(bool outputs) const;
   std::vector<DeviceSpan> spans(bool outputs) const;
+  std::vector<DeviceSpan> all_spans() const;  // inputs and outputs, in the call's order
   const std::vector<TensorRef>& refs() const { return refs_; }
 
   // Guard bands that are no longer intact: [{tensor, where, byte_offset}].
@@ -40,6 +41,8 @@ class DeviceTensors {
   void download(bool outputs);
 
  private:
+  DeviceSpan span(size_t i) const;  // tensor i, inside its guard bands
+
   DeviceBackend& backend_;
   const SharedRegion& region_;
   std::vector<TensorRef> refs_;

@@ -56,12 +56,6 @@ std::map<size_t, SampleKind> probe_positions(const ProbePlan& plan, size_t min_s
   return picked;
 }
 
-std::vector<DeviceSpan> both(const std::vector<DeviceSpan>& a, const std::vector<DeviceSpan>& b) {
-  std::vector<DeviceSpan> all(a);
-  all.insert(all.end(), b.begin(), b.end());
-  return all;
-}
-
 }  // namespace
 
 std::unique_ptr<RepeatableCall> make_steady_repeatable(DeviceBackend& backend,
@@ -80,7 +74,7 @@ TimedSession::TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors
       fresh_(std::move(fresh)),
       inputs_(tensors_->spans(false)),
       outputs_(tensors_->spans(true)),
-      buffers_(both(inputs_, outputs_)),
+      buffers_(tensors_->all_spans()),
       repeatable_(make_steady_repeatable(backend_, call_, outputs_)) {}
 
 uint64_t TimedSession::inputs_seed(size_t index) const {

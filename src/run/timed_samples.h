@@ -74,7 +74,7 @@ class TimedSession {
   std::vector<FreshInput> fresh_;
   std::vector<DeviceSpan> inputs_;
   std::vector<DeviceSpan> outputs_;
-  std::vector<DeviceSpan> buffers_;             // inputs, then outputs: what a cold sample evicts
+  std::vector<DeviceSpan> buffers_;             // every tensor: what a cold sample evicts
   std::unique_ptr<RepeatableCall> repeatable_;  // made last: it needs the ones above
   uint64_t seed_ = 0;
   bool cold_cache_ = true;
