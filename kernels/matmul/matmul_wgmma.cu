@@ -82,8 +82,10 @@
 //   TILE_M, TILE_N   output tile of one block (of one consumer warp group under ping-pong).
 //   TILE_K           K slice per pipeline stage; 64 16-bit elements = one 128-byte swizzle row.
 //   CLUSTER_M/N      blocks per cluster along M / N (TMA multicast of B / A across them).
-//                    CLUSTER_N 4 is for narrow outputs (N = 256 at TILE_N 64), whose blocks
-//                    would otherwise each read the same rows of A from L2.
+//                    CLUSTER_N 4 was meant for narrow outputs (N = 256 at TILE_N 64), whose
+//                    blocks each read the same rows of A from L2. On an H100 only 30 clusters
+//                    of 4 one-block-per-SM blocks fit at once (120 of 132 SMs), so 32 clusters
+//                    take two waves; at 4096x256x1536 no cluster at all measured fastest.
 //   STAGES           depth of the shared-memory ring; more stages hide more load latency.
 //   SCHEDULE         0 = KernelTmaWarpSpecializedCooperative, 1 = KernelTmaWarpSpecializedPingpong.
 //   EPILOGUE         0 = TMA-store epilogue (shared-memory staging), 1 = direct register stores.
