@@ -1,9 +1,11 @@
-// The arithmetic of a rotary embedding, shared by the RoPE kernel files of both conventions:
-// a pack's elements taken and put back two at a time, and the rotation of a pair computed so
-// that it stays accurate where its two products nearly cancel.
+// What the RoPE kernel files of both conventions share: reading a call's tensors, a pack's
+// elements taken and put back two at a time, and the rotation of a pair computed so that it
+// stays accurate where its two products nearly cancel. Each file keeps its own idea, kernels
+// and launch.
 #ifndef KFORGE_ROTARY_CUH_
 #define KFORGE_ROTARY_CUH_
 
+#include <cstdint>
 #include <type_traits>
 
 #include "kforge/elem_access.cuh"
@@ -54,6 +56,68 @@ __device__ __forceinline__ void rotate(float a, float b, float c, float s, float
                                        float& out_b) {
   out_a = diff_of_products(a, c, b, s);   // a c - b s
   out_b = diff_of_products(a, s, -b, c);  // a s + b c
+}
+
+// A RoPE call, in the compiled dtype: x, y: [batch, heads, seq_len, head_dim]; cos_table,
+// sin_table: [seq_len, head_dim / 2].
+struct RotaryCall {
+  const kf_elem* x = nullptr;
+  const kf_elem* cos_table = nullptr;
+  const kf_elem* sin_table = nullptr;
+  kf_elem* y = nullptr;
+  int64_t batch_heads = 0;  // batch * heads
+  int64_t seq_len = 0;
+  int64_t head_dim = 0;  // even
+  cudaStream_t stream = nullptr;
+
+  bool empty() const { return batch_heads == 0 || seq_len == 0 || head_dim == 0; }
+  int64_t head_elems() const { return seq_len * head_dim; }  // of x in one head
+};
+
+inline bool same_shape(const kf_tensor& a, const kf_tensor& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int32_t i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i]) return false;
+  }
+  return true;
+}
+
+inline bool is_aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// Fills `call` from the ABI's arguments, or returns false for a call the files cannot take
+// (KF_ERR_UNSUPPORTED): other tensor counts, dtypes or shapes, or an odd head_dim. An empty x
+// is a call to take (call.empty(): nothing to launch); each file adds its own index limits.
+inline bool read_rotary_call(const kf_args* args, RotaryCall& call) {
+  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return false;
+  if (args->num_inputs != 3 || args->num_outputs != 1 || args->num_scalars != 0) return false;
+  const kf_tensor& x = args->inputs[0];
+  const kf_tensor& cos_table = args->inputs[1];
+  const kf_tensor& sin_table = args->inputs[2];
+  const kf_tensor& y = args->outputs[0];
+  if (x.dtype != kf_elem_dtype || cos_table.dtype != kf_elem_dtype ||
+      sin_table.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) {
+    return false;
+  }
+  if (x.ndim != 4 || !same_shape(x, y) || cos_table.ndim != 2 ||
+      !same_shape(cos_table, sin_table)) {
+    return false;
+  }
+  const int64_t seq_len = x.shape[2];
+  const int64_t head_dim = x.shape[3];
+  if (head_dim % 2 != 0 || cos_table.shape[0] != seq_len || cos_table.shape[1] != head_dim / 2) {
+    return false;
+  }
+  call = {static_cast<const kf_elem*>(x.data),
+          static_cast<const kf_elem*>(cos_table.data),
+          static_cast<const kf_elem*>(sin_table.data),
+          static_cast<kf_elem*>(y.data),
+          x.shape[0] * x.shape[1],
+          seq_len,
+          head_dim,
+          static_cast<cudaStream_t>(args->stream)};
+  return true;
 }
 
 }  // namespace kf

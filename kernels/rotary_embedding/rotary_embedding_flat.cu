@@ -71,6 +71,7 @@ constexpr int kMaxVec = VEC_BYTES / int(sizeof(kf_elem));  // elements of the wi
 static_assert(kMaxVec >= 2, "a chunk holds at least one pair");
 
 using kf::ElemPack;
+using kf::is_aligned;
 using kf::load;
 using kf::load_pair;
 using kf::rotate;
@@ -199,18 +200,6 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
   }
 }
 
-bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
 // Blocks of rotary_embedding_flat<kVec, kPacked> resident on the whole device at once
 // (occupancy x SMs), asked once per kernel and device: it does not change while the process
 // runs.
@@ -235,22 +224,12 @@ int resident_blocks() {
   return blocks;
 }
 
-struct Problem {
-  const kf_elem* x;
-  const kf_elem* cos_table;
-  const kf_elem* sin_table;
-  kf_elem* y;
-  int64_t batch_heads;
-  int64_t head_elems;  // seq_len * head_dim
-  cudaStream_t stream;
-};
-
 template <int kVec, bool kPacked>
-int launch(const Problem& p) {
+int launch(const kf::RotaryCall& p) {
   const auto kernel = rotary_embedding_flat<kVec, kPacked>;
   constexpr int64_t kMaxGridY = 65535;
   const int64_t head_groups = (p.batch_heads + HEADS_PER_THREAD - 1) / HEADS_PER_THREAD;
-  const int64_t head_chunks = p.head_elems / kVec;
+  const int64_t head_chunks = p.head_elems() / kVec;
   const int64_t chunk_blocks = (head_chunks + BLOCK_THREADS - 1) / BLOCK_THREADS;
   int64_t grid_x = chunk_blocks;
   if constexpr (PERSISTENT != 0) {
@@ -265,7 +244,7 @@ int launch(const Problem& p) {
   }
   const dim3 grid(unsigned(grid_x), unsigned(head_groups < kMaxGridY ? head_groups : kMaxGridY));
   kernel<<<grid, BLOCK_THREADS, 0, p.stream>>>(p.x, p.cos_table, p.sin_table, p.y, p.batch_heads,
-                                               head_groups, uint32_t(head_chunks), p.head_elems);
+                                               head_groups, uint32_t(head_chunks), p.head_elems());
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
@@ -274,11 +253,11 @@ int launch(const Problem& p) {
 // wherever it lies, so only the head (whose start every chunk offset is relative to) must
 // split into whole chunks.
 template <int kVec>
-int launch_widest(const Problem& p) {
+int launch_widest(const kf::RotaryCall& p) {
   if constexpr (kVec >= 2) {
     constexpr size_t kXBytes = sizeof(ElemPack<kVec>);
     constexpr size_t kTableBytes = sizeof(ElemPack<kVec / 2>);
-    if (p.head_elems % kVec == 0 && is_aligned(p.x, kXBytes) && is_aligned(p.y, kXBytes) &&
+    if (p.head_elems() % kVec == 0 && is_aligned(p.x, kXBytes) && is_aligned(p.y, kXBytes) &&
         is_aligned(p.cos_table, kTableBytes) && is_aligned(p.sin_table, kTableBytes)) {
       return launch<kVec, true>(p);
     }
@@ -290,39 +269,10 @@ int launch_widest(const Problem& p) {
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 3 || args->num_outputs != 1 || args->num_scalars != 0) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& x = args->inputs[0];
-  const kf_tensor& cos_table = args->inputs[1];
-  const kf_tensor& sin_table = args->inputs[2];
-  const kf_tensor& y = args->outputs[0];
-  if (x.dtype != kf_elem_dtype || cos_table.dtype != kf_elem_dtype ||
-      sin_table.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  // x, y: [batch, heads, seq_len, head_dim]; cos, sin: [seq_len, head_dim / 2].
-  if (x.ndim != 4 || !same_shape(x, y) || cos_table.ndim != 2 ||
-      !same_shape(cos_table, sin_table)) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const int64_t batch_heads = x.shape[0] * x.shape[1];
-  const int64_t seq_len = x.shape[2];
-  const int64_t head_dim = x.shape[3];
-  if (head_dim % 2 != 0 || cos_table.shape[0] != seq_len || cos_table.shape[1] != head_dim / 2) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  if (kf_numel(&x) == 0) return KF_OK;
+  kf::RotaryCall call;
+  if (!kf::read_rotary_call(args, call)) return KF_ERR_UNSUPPORTED;
+  if (call.empty()) return KF_OK;
   // Offsets within a head are 32-bit.
-  if (seq_len > INT32_MAX / head_dim) return KF_ERR_UNSUPPORTED;
-
-  const Problem problem{static_cast<const kf_elem*>(x.data),
-                        static_cast<const kf_elem*>(cos_table.data),
-                        static_cast<const kf_elem*>(sin_table.data),
-                        static_cast<kf_elem*>(y.data),
-                        batch_heads,
-                        seq_len * head_dim,
-                        static_cast<cudaStream_t>(args->stream)};
-  return launch_widest<kMaxVec>(problem);
+  if (call.seq_len > INT32_MAX / call.head_dim) return KF_ERR_UNSUPPORTED;
+  return launch_widest<kMaxVec>(call);
 }

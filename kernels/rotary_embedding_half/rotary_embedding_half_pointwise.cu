@@ -60,6 +60,7 @@ constexpr int kMaxVec = VEC_BYTES / int(sizeof(kf_elem));  // elements of the wi
 static_assert(kMaxVec >= 1, "a chunk holds at least one element");
 
 using kf::ElemPack;
+using kf::is_aligned;
 using kf::load;
 using kf::load_pair;
 using kf::rotate;
@@ -151,93 +152,42 @@ __global__ void __launch_bounds__(BLOCK_THREADS)
   }
 }
 
-bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
-struct Problem {
-  const kf_elem* x;
-  const kf_elem* cos_table;
-  const kf_elem* sin_table;
-  kf_elem* y;
-  int64_t batch_heads;
-  int64_t head_elems;  // seq_len * head_dim
-  cudaStream_t stream;
-};
-
 template <int kVec>
-int launch(const Problem& p, int64_t head_dim) {
+int launch(const kf::RotaryCall& p) {
   constexpr int64_t kMaxGridY = 65535;
   constexpr int64_t kChunksPerBlock = int64_t(BLOCK_THREADS) * ITEMS;
-  const int64_t head_chunks = p.head_elems / kVec;
+  const int64_t head_chunks = p.head_elems() / kVec;
   const int64_t blocks_per_head = (head_chunks + kChunksPerBlock - 1) / kChunksPerBlock;
   const dim3 grid(unsigned(blocks_per_head),
                   unsigned(p.batch_heads < kMaxGridY ? p.batch_heads : kMaxGridY));
   rotary_embedding_half_pointwise<kVec><<<grid, BLOCK_THREADS, 0, p.stream>>>(
       p.x, p.cos_table, p.sin_table, p.y, p.batch_heads, uint32_t(head_chunks),
-      uint32_t(head_dim / kVec), p.head_elems);
+      uint32_t(p.head_dim / kVec), p.head_elems());
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
 // Launches the widest chunk of kVec elements or fewer that divides head_dim / 2 and that the
 // bases are aligned for; one element always fits.
 template <int kVec>
-int launch_widest(const Problem& p, int64_t head_dim) {
+int launch_widest(const kf::RotaryCall& p) {
   constexpr size_t kPackBytes = sizeof(ElemPack<kVec>);
   if constexpr (kVec > 1) {
-    if ((head_dim / 2) % kVec != 0 || !is_aligned(p.x, kPackBytes) ||
+    if ((p.head_dim / 2) % kVec != 0 || !is_aligned(p.x, kPackBytes) ||
         !is_aligned(p.y, kPackBytes) || !is_aligned(p.cos_table, kPackBytes) ||
         !is_aligned(p.sin_table, kPackBytes)) {
-      return launch_widest<kVec / 2>(p, head_dim);
+      return launch_widest<kVec / 2>(p);
     }
   }
-  return launch<kVec>(p, head_dim);
+  return launch<kVec>(p);
 }
 
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 3 || args->num_outputs != 1 || args->num_scalars != 0) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& x = args->inputs[0];
-  const kf_tensor& cos_table = args->inputs[1];
-  const kf_tensor& sin_table = args->inputs[2];
-  const kf_tensor& y = args->outputs[0];
-  if (x.dtype != kf_elem_dtype || cos_table.dtype != kf_elem_dtype ||
-      sin_table.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  // x, y: [batch, heads, seq_len, head_dim]; cos, sin: [seq_len, head_dim / 2].
-  if (x.ndim != 4 || !same_shape(x, y) || cos_table.ndim != 2 ||
-      !same_shape(cos_table, sin_table)) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const int64_t batch_heads = x.shape[0] * x.shape[1];
-  const int64_t seq_len = x.shape[2];
-  const int64_t head_dim = x.shape[3];
-  if (head_dim % 2 != 0 || cos_table.shape[0] != seq_len || cos_table.shape[1] != head_dim / 2) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  if (kf_numel(&x) == 0) return KF_OK;
+  kf::RotaryCall call;
+  if (!kf::read_rotary_call(args, call)) return KF_ERR_UNSUPPORTED;
+  if (call.empty()) return KF_OK;
   // Chunk indices within a head are 32-bit, and so is the grid's x.
-  if (seq_len > INT32_MAX / head_dim) return KF_ERR_UNSUPPORTED;
-
-  const Problem problem{static_cast<const kf_elem*>(x.data),
-                        static_cast<const kf_elem*>(cos_table.data),
-                        static_cast<const kf_elem*>(sin_table.data),
-                        static_cast<kf_elem*>(y.data),
-                        batch_heads,
-                        seq_len * head_dim,
-                        static_cast<cudaStream_t>(args->stream)};
-  return launch_widest<kMaxVec>(problem, head_dim);
+  if (call.seq_len > INT32_MAX / call.head_dim) return KF_ERR_UNSUPPORTED;
+  return launch_widest<kMaxVec>(call);
 }

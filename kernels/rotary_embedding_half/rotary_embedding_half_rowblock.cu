@@ -47,6 +47,7 @@ constexpr int kMaxRegisters = 64;
 static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 bytes");
 
 using kf::ElemPack;
+using kf::is_aligned;
 using kf::load_pair;
 using kf::rotate;
 using kf::store_pair;
@@ -125,18 +126,6 @@ __global__ void __maxnreg__(kMaxRegisters) rotary_embedding_half_rowblock(
   }
 }
 
-bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
 // Block shape for rows of `chunks` chunks: x = the smallest power of two >= chunks, up to
 // the whole block; y = positions per block.
 dim3 block_shape(int chunks) {
@@ -163,48 +152,24 @@ int launch(const kf_elem* x, const kf_elem* cos_table, const kf_elem* sin_table,
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
-  if (args == nullptr || args->abi_version != KFORGE_ABI_VERSION) return KF_ERR_UNSUPPORTED;
-  if (args->num_inputs != 3 || args->num_outputs != 1 || args->num_scalars != 0) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const kf_tensor& x = args->inputs[0];
-  const kf_tensor& cos_table = args->inputs[1];
-  const kf_tensor& sin_table = args->inputs[2];
-  const kf_tensor& y = args->outputs[0];
-  if (x.dtype != kf_elem_dtype || cos_table.dtype != kf_elem_dtype ||
-      sin_table.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  // x, y: [batch, heads, seq_len, head_dim]; cos, sin: [seq_len, head_dim / 2].
-  if (x.ndim != 4 || !same_shape(x, y) || cos_table.ndim != 2 ||
-      !same_shape(cos_table, sin_table)) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  const int64_t batch_heads = x.shape[0] * x.shape[1];
-  const int64_t seq_len = x.shape[2];
-  const int64_t head_dim = x.shape[3];
-  if (head_dim % 2 != 0 || cos_table.shape[0] != seq_len || cos_table.shape[1] != head_dim / 2) {
-    return KF_ERR_UNSUPPORTED;
-  }
-  if (kf_numel(&x) == 0) return KF_OK;
+  kf::RotaryCall call;
+  if (!kf::read_rotary_call(args, call)) return KF_ERR_UNSUPPORTED;
+  if (call.empty()) return KF_OK;
+  const int64_t seq_len = call.seq_len;
+  const int64_t head_dim = call.head_dim;
   if (seq_len > INT32_MAX || head_dim > INT32_MAX) return KF_ERR_UNSUPPORTED;
   const int half_dim = int(head_dim / 2);
-
-  const auto* x_data = static_cast<const kf_elem*>(x.data);
-  const auto* cos_data = static_cast<const kf_elem*>(cos_table.data);
-  const auto* sin_data = static_cast<const kf_elem*>(sin_table.data);
-  auto* y_data = static_cast<kf_elem*>(y.data);
-  const cudaStream_t stream = static_cast<cudaStream_t>(args->stream);
 
   // Vector accesses need every half row to start on a chunk boundary (half_dim % VEC == 0)
   // and aligned bases.
   constexpr size_t kPackBytes = sizeof(ElemPack<VEC>);
-  const bool packed = half_dim % VEC == 0 && is_aligned(x_data, kPackBytes) &&
-                      is_aligned(y_data, kPackBytes) && is_aligned(cos_data, kPackBytes) &&
-                      is_aligned(sin_data, kPackBytes);
+  const bool packed = half_dim % VEC == 0 && is_aligned(call.x, kPackBytes) &&
+                      is_aligned(call.y, kPackBytes) && is_aligned(call.cos_table, kPackBytes) &&
+                      is_aligned(call.sin_table, kPackBytes);
   if (packed) {
-    return launch<VEC>(x_data, cos_data, sin_data, y_data, batch_heads, int(seq_len), half_dim,
-                       stream);
+    return launch<VEC>(call.x, call.cos_table, call.sin_table, call.y, call.batch_heads,
+                       int(seq_len), half_dim, call.stream);
   }
-  return launch<1>(x_data, cos_data, sin_data, y_data, batch_heads, int(seq_len), half_dim, stream);
+  return launch<1>(call.x, call.cos_table, call.sin_table, call.y, call.batch_heads, int(seq_len),
+                   half_dim, call.stream);
 }
