@@ -1,4 +1,7 @@
-// How many clusters of each size fit at once for a kernel with a GEMM's footprint.
+// How many thread-block clusters of each size fit on the GPU at once, for a 384-thread block
+// with the shared memory of a one- or two-block-per-SM GEMM (cudaOccupancyMaxActiveClusters).
+// A persistent GEMM whose clusters do not all fit runs in more than one wave.
+//   nvcc -arch=sm_90a -o cluster-fit bench/cluster-fit.cu && ./cluster-fit
 #include <cuda_runtime.h>
 #include <cstdio>
 __global__ void footprint(int* p) {
