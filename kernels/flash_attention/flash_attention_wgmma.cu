@@ -86,8 +86,9 @@
 // Edges: head_dim up to 128, instantiated for 64 and 128. TMA zero-fills what lies outside the
 // tensors: rows past seq_len (never read across into the next head, the head being a mode of
 // its own), and dimensions past a narrower head_dim, which add nothing to Q K^T and produce
-// columns of O that are not written. TMA needs 16-byte aligned tensors and head_dim % 8 == 0;
-// any other call takes a plain path (a warp per query row on the CUDA cores; correct, slow).
+// columns of O that are not written. TMA needs 16-byte aligned tensors and head_dim % 8 == 0,
+// and the softmax a positive scale; any other call takes a plain path (a warp per query row on
+// the CUDA cores; correct, slow).
 //
 // Tunables:
 //   BLOCK_N   keys per tile: the N of S's wgmma and the K of P V's.
@@ -407,11 +408,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   float row_sum[2];           // this thread's share of the running sums
   float rescale[2];           // exp2(m_old - m_new) of the last softmax
 
-  // The softmax of tile n's scores in s: masked where asked, maxima, p in place, sums.
+  // The softmax of tile n's scores in s: masked where asked, maxima, p in place, sums. The
+  // scores stay unscaled: a row's maximum is taken of them and scaled once (the scale is
+  // positive: kforge_run sends any other to the plain path), and each p = exp2(s * scale -
+  // max) is one FFMA ahead of the MUFU instead of a multiply and a subtraction. That needs the
+  // scaled maximum rounded up (every difference then <= 0) and small: at 2^e its rounding is
+  // off by up to 2^(e - 23), and every p, the largest one included, would be scaled by
+  // exp2 of that (0 once it is large). Where a warp sees a scaled maximum of 2^24 or more
+  // (scores no model produces, but a caller may pass), it takes the two-step form: scores
+  // rounded to their scaled values, the maximum one of them, and exact differences.
   const auto softmax = [&](int n, bool masked) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(s); ++i)
-      s(i) *= p.scale_log2;
     if (masked) {
       const int row0 = m_block * kBlockM, key0 = n * BLOCK_N;
       CUTLASS_PRAGMA_UNROLL
@@ -424,20 +430,37 @@ __global__ void __launch_bounds__(kThreads, 1)
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(s); ++i)
       tile_max[row_half(i)] = fmaxf(tile_max[row_half(i)], s(i));
+    float scaled_max[2];
+    bool huge = false;
+    CUTLASS_PRAGMA_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      scaled_max[h] = __fmul_ru(quad_max(tile_max[h]), p.scale_log2);
+      // 2^24 either way; -inf (every key of the row masked in this tile) is not huge.
+      huge = huge || (fabsf(scaled_max[h]) >= 16777216.0f && scaled_max[h] != -INFINITY);
+    }
+    const bool two_step = __any_sync(0xffffffffu, huge);
     float base[2];
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
-      const float new_max = fmaxf(row_max[h], quad_max(tile_max[h]));
+      if (two_step) scaled_max[h] = __fmul_rn(quad_max(tile_max[h]), p.scale_log2);
+      const float new_max = fmaxf(row_max[h], scaled_max[h]);
       base[h] = new_max == -INFINITY ? 0.0f : new_max;      // 0 while every key so far is masked
       rescale[h] = exp2_nonpositive(row_max[h] - base[h]);  // 0 on a row's first keys
       row_max[h] = new_max;
       row_sum[h] *= rescale[h];
     }
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(s); ++i) {
-      s(i) = exp2_nonpositive(s(i) - base[row_half(i)]);
-      row_sum[row_half(i)] += s(i);
+    if (two_step) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(s); ++i)
+        s(i) = exp2_nonpositive(__fmul_rn(s(i), p.scale_log2) - base[row_half(i)]);
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(s); ++i)
+        s(i) = exp2_nonpositive(fmaf(s(i), p.scale_log2, -base[row_half(i)]));
     }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(s); ++i)
+      row_sum[row_half(i)] += s(i);
   };
   // O *= exp2(m_old - m_new), once the products that wrote O have retired.
   const auto rescale_o = [&]() {
@@ -698,6 +721,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
                       kf_attention::is_aligned(problem.k, 16) &&
                       kf_attention::is_aligned(problem.v, 16) &&
                       kf_attention::is_aligned(problem.o, 16);
-  if (!tma_ok) return run_plain(problem);
+  // The softmax scales each row's maximum of the raw scores, which takes a positive scale.
+  if (!tma_ok || !(problem.scale_log2 > 0.0f)) return run_plain(problem);
   return problem.head_dim <= 64 ? run_wgmma<64>(problem) : run_wgmma<128>(problem);
 }

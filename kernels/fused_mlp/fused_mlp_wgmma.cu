@@ -8,6 +8,8 @@
  * param: DOWN_TILE_N = 256 in {128, 256}
  * param: DOWN_STAGES = 4 in {3, 4, 5}
  * param: DOWN_CLUSTER_M = 2 in {1, 2}
+ * param: DOWN_SWIZZLE = 1 in {1, 2, 4, 8}
+ * param: DOWN_SPLIT = 0 in {0, 1}
  * param: PERSISTENT = 0 in {0, 1}
  * # gate-up: each consumer warp group holds a 64 x 2 TILE_N fp32 accumulator, [gate | up]
  * # (a consumer gets 232 registers by setmaxnreg; 192 accumulators fit, 256 spill). Down: a
@@ -66,6 +68,13 @@
 //   DOWN_TILE_N       columns of y per down tile (rows: 128).
 //   DOWN_STAGES       depth of the down GEMM's ring.
 //   DOWN_CLUSTER_M    down blocks per cluster along M.
+//   DOWN_SWIZZLE      width, in tiles, of the bands the down GEMM's scheduler walks its tiles in
+//                     (as SWIZZLE in matmul_wgmma.cu; raster order by CUTLASS's heuristic).
+//   DOWN_SPLIT        the down GEMM's scheduler: 0, persistent data-parallel; 1, stream-K (the
+//                     K loops of some tiles split over blocks where whole tiles would leave the
+//                     last wave part-empty; partial sums through a kept workspace). Neither
+//                     this nor DOWN_SWIZZLE moved the H100's times by more than 0.5% at the
+//                     headline or Llama's MLP (256 down tiles on 132 SMs: no thin last wave).
 //   PERSISTENT        gate-up's grid: 0, a block per tile of h; 1, as many blocks (clusters) as
 //                     fit at once, each walking tiles in the same order (m fastest, so the tiles
 //                     in flight share weight slices in L2). Its producer goes on loading the
@@ -313,8 +322,10 @@ using DownMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::gemm::collective::StageCount<DOWN_STAGES>,
     cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
 using ProblemShape = cute::Shape<int, int, int, int>;  // (M, N, K, batch = 1)
-using DownKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, DownMainloop, DownEpilogue,
-                                                        cutlass::gemm::PersistentScheduler>;
+using DownScheduler = std::conditional_t<DOWN_SPLIT == 0, cutlass::gemm::PersistentScheduler,
+                                         cutlass::gemm::StreamKScheduler>;
+using DownKernel =
+    cutlass::gemm::kernel::GemmUniversal<ProblemShape, DownMainloop, DownEpilogue, DownScheduler>;
 using DownGemm = cutlass::gemm::device::GemmUniversalAdapter<DownKernel>;
 static_assert(DownKernel::MaxThreadsPerBlock == 384, "the header's threads: line");
 static_assert(DownKernel::SharedStorageSize <=
@@ -373,9 +384,7 @@ int run_plain(const MlpCall& c, kf_elem* h) {
 // What the launches need, found once per device (not stream work: outside any graph capture).
 struct DeviceSetup {
   bool ready = false;
-  int sm_count = 0;
   int gate_up_clusters = 0;  // gate-up clusters that fit at once
-  int down_clusters = 0;     // down clusters that fit at once
 };
 
 // Clusters of `cluster_size` blocks of `kernel` that fit on the device at once (0 if unknown).
@@ -397,25 +406,14 @@ int clusters_that_fit(const void* kernel, int cluster_size, int threads, int sme
   return clusters;
 }
 
-bool setup_device(int device, DeviceSetup& setup) {
+bool setup_device(DeviceSetup& setup) {
   if (setup.ready) return true;
-  if (cudaDeviceGetAttribute(&setup.sm_count, cudaDevAttrMultiProcessorCount, device) !=
-      cudaSuccess) {
-    return false;
-  }
   if (cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(sizeof(GateUpShared))) != cudaSuccess) {
     return false;
   }
-  const void* down = reinterpret_cast<const void*>(cutlass::device_kernel<DownKernel>);
-  if (cudaFuncSetAttribute(down, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           DownKernel::SharedStorageSize) != cudaSuccess) {
-    return false;
-  }
   setup.gate_up_clusters = clusters_that_fit(reinterpret_cast<const void*>(gate_up_kernel),
                                              CLUSTER_M, kGateUpThreads, int(sizeof(GateUpShared)));
-  setup.down_clusters = clusters_that_fit(down, DOWN_CLUSTER_M, DownKernel::MaxThreadsPerBlock,
-                                          DownKernel::SharedStorageSize);
   setup.ready = true;
   return true;
 }
@@ -468,7 +466,8 @@ int run_gate_up(const MlpCall& c, Element* h, const DeviceSetup& setup) {
   return cudaLaunchKernelEx(&config, gate_up_kernel, params) == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
-int run_down(const MlpCall& c, const Element* h, const DeviceSetup& setup, int device) {
+// The down GEMM through kf::run_cutlass_gemm, which does its own per-device setup.
+int run_down(const MlpCall& c, const Element* h) {
   typename DownGemm::Arguments arguments{};
   arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   arguments.problem_shape = ProblemShape{c.batch, c.dim, c.hidden, 1};
@@ -485,15 +484,8 @@ int run_down(const MlpCall& c, const Element* h, const DeviceSetup& setup, int d
   arguments.epilogue.dC = y_stride;
   arguments.epilogue.ptr_D = reinterpret_cast<Element*>(c.y);
   arguments.epilogue.dD = y_stride;
-  arguments.hw_info.device_id = device;
-  arguments.hw_info.sm_count = setup.sm_count;
-  arguments.hw_info.max_active_clusters = setup.down_clusters;
-  if (DownGemm::can_implement(arguments) != cutlass::Status::kSuccess) return KF_ERR_UNSUPPORTED;
-  DownGemm gemm;  // the persistent scheduler needs no workspace
-  if (gemm.initialize(arguments, nullptr, c.stream) != cutlass::Status::kSuccess) {
-    return KF_ERR_LAUNCH;
-  }
-  return gemm.run(c.stream) == cutlass::Status::kSuccess ? KF_OK : KF_ERR_LAUNCH;
+  return kf::run_cutlass_gemm<DownGemm, DOWN_CLUSTER_M, 1>(
+      arguments, /*raster=*/0, DOWN_SWIZZLE, c.stream, [] { return KF_ERR_UNSUPPORTED; });
 }
 
 }  // namespace
@@ -524,7 +516,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   constexpr int kMaxDevices = 64;
   static DeviceSetup setups[kMaxDevices];
   if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
-  if (!setup_device(device, setups[device])) {
+  if (!setup_device(setups[device])) {
     cudaGetLastError();
     return KF_ERR_LAUNCH;
   }
@@ -532,5 +524,5 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   if (const int status = run_gate_up(call, h_element, setups[device]); status != KF_OK) {
     return status;
   }
-  return run_down(call, h_element, setups[device], device);
+  return run_down(call, h_element);
 }
