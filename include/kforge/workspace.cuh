@@ -17,25 +17,36 @@ namespace kf {
 
 class Workspace {
  public:
-  // At least `bytes` of device memory, or nullptr when the allocation failed (the error is
-  // cleared so that it does not stick to later calls).
+  // At least `bytes` of memory on the current device, or nullptr when the allocation failed
+  // (the error is cleared so that it does not stick to later calls) or the device is not one of
+  // the first kMaxDevices. Each device has its own buffer, so a module called on two GPUs of one
+  // process never hands one GPU's memory to the other.
   void* get(size_t bytes, cudaStream_t stream) {
-    if (bytes <= bytes_) return data_;
-    if (data_ != nullptr) cudaFreeAsync(data_, stream);
-    data_ = nullptr;
-    bytes_ = 0;
-    if (cudaMallocAsync(&data_, bytes, stream) != cudaSuccess) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) {
       cudaGetLastError();
-      data_ = nullptr;
       return nullptr;
     }
-    bytes_ = bytes;
-    return data_;
+    Buffer& buffer = buffers_[device];
+    if (bytes <= buffer.bytes) return buffer.data;
+    if (buffer.data != nullptr) cudaFreeAsync(buffer.data, stream);
+    buffer = Buffer{};
+    if (cudaMallocAsync(&buffer.data, bytes, stream) != cudaSuccess) {
+      cudaGetLastError();
+      buffer = Buffer{};
+      return nullptr;
+    }
+    buffer.bytes = bytes;
+    return buffer.data;
   }
 
  private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
+  static constexpr int kMaxDevices = 64;
+  struct Buffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  Buffer buffers_[kMaxDevices];
 };
 
 }  // namespace kf

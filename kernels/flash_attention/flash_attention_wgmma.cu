@@ -414,9 +414,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // max) is one FFMA ahead of the MUFU instead of a multiply and a subtraction. That needs the
   // scaled maximum rounded up (every difference then <= 0) and small: at 2^e its rounding is
   // off by up to 2^(e - 23), and every p, the largest one included, would be scaled by
-  // exp2 of that (0 once it is large). Where a warp sees a scaled maximum of 2^24 or more
-  // (scores no model produces, but a caller may pass), it takes the two-step form: scores
-  // rounded to their scaled values, the maximum one of them, and exact differences.
+  // exp2 of that (0 once it is large). Where a warp sees a scaled maximum of magnitude 2^24 or
+  // more (scores no model produces, but a caller may pass), it takes the two-step form: scores
+  // rounded to their scaled values and the maximum one of them, so that the largest score's
+  // difference is exactly 0 and every difference that gives a nonzero p is exact.
   const auto softmax = [&](int n, bool masked) {
     if (masked) {
       const int row0 = m_block * kBlockM, key0 = n * BLOCK_N;
@@ -430,19 +431,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(s); ++i)
       tile_max[row_half(i)] = fmaxf(tile_max[row_half(i)], s(i));
-    float scaled_max[2];
+    constexpr float kLargestFoldedMax = 0x1p24f;  // past it the round-up's offset reaches 2
+    float row_top[2], scaled_max[2];
     bool huge = false;
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
-      scaled_max[h] = __fmul_ru(quad_max(tile_max[h]), p.scale_log2);
-      // 2^24 either way; -inf (every key of the row masked in this tile) is not huge.
-      huge = huge || (fabsf(scaled_max[h]) >= 16777216.0f && scaled_max[h] != -INFINITY);
+      row_top[h] = quad_max(tile_max[h]);
+      scaled_max[h] = __fmul_ru(row_top[h], p.scale_log2);
+      // Either sign; -inf (every key of the row masked in this tile) is not huge.
+      huge = huge || (fabsf(scaled_max[h]) >= kLargestFoldedMax && scaled_max[h] != -INFINITY);
     }
     const bool two_step = __any_sync(0xffffffffu, huge);
     float base[2];
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
-      if (two_step) scaled_max[h] = __fmul_rn(quad_max(tile_max[h]), p.scale_log2);
+      if (two_step) scaled_max[h] = __fmul_rn(row_top[h], p.scale_log2);
       const float new_max = fmaxf(row_max[h], scaled_max[h]);
       base[h] = new_max == -INFINITY ? 0.0f : new_max;      // 0 while every key so far is masked
       rescale[h] = exp2_nonpositive(row_max[h] - base[h]);  // 0 on a row's first keys
@@ -671,10 +674,8 @@ int run_wgmma(const kf_attention::Problem& p) {
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
       return KF_ERR_LAUNCH;
     }
-    constexpr int kMaxDevices = 64;
-    static kf::Workspace counters[kMaxDevices];
-    if (device < 0 || device >= kMaxDevices) return KF_ERR_UNSUPPORTED;
-    next_tile = static_cast<int*>(counters[device].get(sizeof(int), p.stream));
+    static kf::Workspace counter;  // one per device
+    next_tile = static_cast<int*>(counter.get(sizeof(int), p.stream));
     if (next_tile == nullptr) return KF_ERR_OUT_OF_MEMORY;
     if (cudaMemsetAsync(next_tile, 0, sizeof(int), p.stream) != cudaSuccess) return KF_ERR_LAUNCH;
     blocks = std::min(tiles, sms);

@@ -72,9 +72,10 @@
 //                     (as SWIZZLE in matmul_wgmma.cu; raster order by CUTLASS's heuristic).
 //   DOWN_SPLIT        the down GEMM's scheduler: 0, persistent data-parallel; 1, stream-K (the
 //                     K loops of some tiles split over blocks where whole tiles would leave the
-//                     last wave part-empty; partial sums through a kept workspace). Neither
-//                     this nor DOWN_SWIZZLE moved the H100's times by more than 0.5% at the
-//                     headline or Llama's MLP (256 down tiles on 132 SMs: no thin last wave).
+//                     last wave part-empty; partial sums through a kept workspace). On the
+//                     H100, neither this nor DOWN_SWIZZLE paid at the headline or Llama's MLP
+//                     (256 down tiles on 132 SMs: no thin last wave; bench/results/
+//                     2026-11-27-H100-ffma-softmax-schedulers).
 //   PERSISTENT        gate-up's grid: 0, a block per tile of h; 1, as many blocks (clusters) as
 //                     fit at once, each walking tiles in the same order (m fastest, so the tiles
 //                     in flight share weight slices in L2). Its producer goes on loading the
@@ -381,7 +382,8 @@ int run_plain(const MlpCall& c, kf_elem* h) {
   return cudaGetLastError() == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
 }
 
-// What the launches need, found once per device (not stream work: outside any graph capture).
+// What gate-up's launch needs, found once per device (not stream work: outside any graph
+// capture). The down GEMM's is kf::run_cutlass_gemm's business.
 struct DeviceSetup {
   bool ready = false;
   int gate_up_clusters = 0;  // gate-up clusters that fit at once
@@ -500,7 +502,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
     return cudaMemsetAsync(call.y, 0, bytes, call.stream) == cudaSuccess ? KF_OK : KF_ERR_LAUNCH;
   }
 
-  static kf::Workspace workspace;  // h: [batch, hidden]
+  static kf::Workspace workspace;  // h: [batch, hidden], one per device
   auto* h = static_cast<kf_elem*>(
       workspace.get(size_t(batch) * size_t(hidden) * sizeof(kf_elem), call.stream));
   if (h == nullptr) return KF_ERR_OUT_OF_MEMORY;
