@@ -1,9 +1,13 @@
 // Compiler and cache: CPU modules are built with the system compiler, so these run anywhere.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -163,34 +167,68 @@ ptxas info    : Used 12 registers, used 0 barriers, 368 bytes cmem[0]
 
 // Every CUDA kernel file in the repository compiles for sm_90a: library kernels in every dtype
 // they declare, test fixtures (planted faults, adversarial kernels) and CUTLASS files (a minute
-// or more each on two cores) in their first.
+// or more each on two cores) in their first. The compiles of all files share one pool of as many
+// workers as there are cores, CUTLASS files first, so that no core waits while a long compile of
+// one file runs alone.
 TEST(CudaKernels, AllCompileForSm90a) {
   const fs::path dir = test::temp_dir("cuda-compile");
   CompilerOptions options;
   options.cache_dir = dir / "cache";
   const Compiler compiler(options);
-  int files = 0;
+  struct Source {
+    KernelFile file;
+    bool one_dtype;  // a test fixture or a CUTLASS file: its first dtype only
+  };
+  std::vector<Source> sources;
   for (const fs::path root : {fs::path(test::kernels_dir()), fs::path(test::test_data_dir())}) {
     for (const auto& entry : fs::recursive_directory_iterator(root)) {
       if (entry.path().extension() != ".cu") continue;
-      ++files;
-      const KernelFile file = KernelFile::load(entry.path());
-      std::vector<Variant> variants;
+      KernelFile file = KernelFile::load(entry.path());
       const bool one_dtype = root == fs::path(test::test_data_dir()) || file.uses("cutlass");
-      for (const DType d : file.dtypes) {
-        if (one_dtype && !variants.empty()) break;
-        const Bindings context = {{"elem_bytes", static_cast<long long>(dtype_size(d))}};
-        variants.push_back(
-            Variant::make(file, file.with_derived(file.resolve_params(d), context), d, "sm_90a"));
-      }
-      for (const auto& r : compiler.compile_all(file, variants)) {
-        EXPECT_TRUE(r.ok) << r.variant.describe() << "\n" << r.log;
-        EXPECT_FALSE(r.resources.functions.empty()) << r.variant.describe();
-        std::cout << r.variant.describe() << ": " << r.seconds << " s\n";
-      }
+      sources.push_back({std::move(file), one_dtype});
     }
   }
-  EXPECT_GE(files, 2);
+  std::stable_partition(sources.begin(), sources.end(),
+                        [](const Source& s) { return s.file.uses("cutlass"); });
+  struct Job {
+    const KernelFile* file;
+    Variant variant;
+  };
+  std::vector<Job> jobs;
+  for (const Source& source : sources) {
+    for (const DType d : source.file.dtypes) {
+      const Bindings context = {{"elem_bytes", static_cast<long long>(dtype_size(d))}};
+      const KernelFile& file = source.file;
+      jobs.push_back({&file, Variant::make(file, file.with_derived(file.resolve_params(d), context),
+                                           d, "sm_90a")});
+      if (source.one_dtype) break;
+    }
+  }
+  std::vector<CompileResult> results(jobs.size());
+  std::vector<std::string> errors(jobs.size());
+  std::atomic<size_t> next{0};
+  {
+    std::vector<std::jthread> workers;
+    for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t) {
+      workers.emplace_back([&] {
+        for (size_t i = next++; i < jobs.size(); i = next++) {
+          try {
+            results[i] = compiler.compile(*jobs[i].file, jobs[i].variant);
+          } catch (const std::exception& e) {
+            errors[i] = e.what();
+          }
+        }
+      });
+    }
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const CompileResult& r = results[i];
+    EXPECT_TRUE(errors[i].empty()) << jobs[i].variant.describe() << ": " << errors[i];
+    EXPECT_TRUE(r.ok) << jobs[i].variant.describe() << "\n" << r.log;
+    EXPECT_FALSE(r.resources.functions.empty()) << jobs[i].variant.describe();
+    std::cout << jobs[i].variant.describe() << ": " << r.seconds << " s\n";
+  }
+  EXPECT_GE(sources.size(), 2u);
 }
 
 }  // namespace
