@@ -14,6 +14,8 @@
 #ifndef KFORGE_KERNEL_H_
 #define KFORGE_KERNEL_H_
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define KFORGE_ABI_VERSION 1
@@ -73,6 +75,20 @@ static inline int64_t kf_numel(const kf_tensor* t) {
   for (int32_t i = 0; i < t->ndim; ++i)
     n *= t->shape[i];
   return n;
+}
+
+/* Whether two tensors have the same rank and extents. */
+static inline bool kf_same_shape(const kf_tensor* a, const kf_tensor* b) {
+  if (a->ndim != b->ndim) return false;
+  for (int32_t i = 0; i < a->ndim; ++i) {
+    if (a->shape[i] != b->shape[i]) return false;
+  }
+  return true;
+}
+
+/* Whether `p` is a multiple of `bytes` (a vector access's or TMA's alignment). */
+static inline bool kf_is_aligned(const void* p, size_t bytes) {
+  return (uintptr_t)p % bytes == 0;
 }
 
 #endif /* KFORGE_KERNEL_H_ */

@@ -74,18 +74,6 @@ struct RotaryCall {
   int64_t head_elems() const { return seq_len * head_dim; }  // of x in one head
 };
 
-inline bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
-inline bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // Fills `call` from the ABI's arguments, or returns false for a call the files cannot take
 // (KF_ERR_UNSUPPORTED): other tensor counts, dtypes or shapes, or an odd head_dim. An empty x
 // is a call to take (call.empty(): nothing to launch); each file adds its own index limits.
@@ -100,8 +88,8 @@ inline bool read_rotary_call(const kf_args* args, RotaryCall& call) {
       sin_table.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) {
     return false;
   }
-  if (x.ndim != 4 || !same_shape(x, y) || cos_table.ndim != 2 ||
-      !same_shape(cos_table, sin_table)) {
+  if (x.ndim != 4 || !kf_same_shape(&x, &y) || cos_table.ndim != 2 ||
+      !kf_same_shape(&cos_table, &sin_table)) {
     return false;
   }
   const int64_t seq_len = x.shape[2];

@@ -22,18 +22,6 @@ struct Problem {
   cudaStream_t stream;
 };
 
-inline bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
-inline bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // KF_OK with `problem` filled; KF_ERR_UNSUPPORTED for arguments that are not the op's or a
 // problem beyond `max_head_dim` or the launch limits.
 inline int read_problem(const kf_args* args, int64_t max_head_dim, Problem* problem) {
@@ -50,7 +38,7 @@ inline int read_problem(const kf_args* args, int64_t max_head_dim, Problem* prob
     return KF_ERR_UNSUPPORTED;
   }
   // K and V may have fewer heads than Q (grouped-query attention), each shared by `group`.
-  if (q.ndim != 4 || k.ndim != 4 || !same_shape(q, o) || !same_shape(k, v) ||
+  if (q.ndim != 4 || k.ndim != 4 || !kf_same_shape(&q, &o) || !kf_same_shape(&k, &v) ||
       k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || k.shape[3] != q.shape[3] ||
       k.shape[1] <= 0 || q.shape[1] % k.shape[1] != 0) {
     return KF_ERR_UNSUPPORTED;

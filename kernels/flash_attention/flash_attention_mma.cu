@@ -344,8 +344,8 @@ __global__ void __launch_bounds__(kThreads)
 template <int kDim>
 int launch(const kf_attention::Problem& p) {
   constexpr int kSmemBytes = (kBlockQ + 4 * BLOCK_KV) * (kDim + kPad) * int(sizeof(kf_elem));
-  const bool packed = p.head_dim == kDim && kf_attention::is_aligned(p.q, 16) &&
-                      kf_attention::is_aligned(p.k, 16) && kf_attention::is_aligned(p.v, 16);
+  const bool packed = p.head_dim == kDim && kf_is_aligned(p.q, 16) && kf_is_aligned(p.k, 16) &&
+                      kf_is_aligned(p.v, 16);
   return kf_attention::launch(flash_attention_mma<kDim>, p, kBlockQ, kThreads, kSmemBytes, packed);
 }
 

@@ -221,8 +221,8 @@ __global__ void __launch_bounds__(kThreads)
 template <int kDim>
 int launch(const kf_attention::Problem& p) {
   constexpr int kSmemBytes = 2 * BLOCK_KV * kDim * int(sizeof(float));
-  const bool packed = p.head_dim == kDim && kf_attention::is_aligned(p.k, sizeof(ElemPack4)) &&
-                      kf_attention::is_aligned(p.v, sizeof(ElemPack4));
+  const bool packed = p.head_dim == kDim && kf_is_aligned(p.k, sizeof(ElemPack4)) &&
+                      kf_is_aligned(p.v, sizeof(ElemPack4));
   return kf_attention::launch(flash_attention_tiled<kDim>, p, BLOCK_Q, kThreads, kSmemBytes,
                               packed);
 }

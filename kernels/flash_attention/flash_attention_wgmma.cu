@@ -718,10 +718,9 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   if (const int status = kf_attention::read_problem(args, kMaxHeadDim, &problem); status != KF_OK)
     return status;
   if (problem.heads == 0 || problem.seq_len == 0) return KF_OK;
-  const bool tma_ok = problem.head_dim % 8 == 0 && kf_attention::is_aligned(problem.q, 16) &&
-                      kf_attention::is_aligned(problem.k, 16) &&
-                      kf_attention::is_aligned(problem.v, 16) &&
-                      kf_attention::is_aligned(problem.o, 16);
+  const bool tma_ok = problem.head_dim % 8 == 0 && kf_is_aligned(problem.q, 16) &&
+                      kf_is_aligned(problem.k, 16) && kf_is_aligned(problem.v, 16) &&
+                      kf_is_aligned(problem.o, 16);
   // The softmax scales each row's maximum of the raw scores, which takes a positive scale.
   if (!tma_ok || !(problem.scale_log2 > 0.0f)) return run_plain(problem);
   return problem.head_dim <= 64 ? run_wgmma<64>(problem) : run_wgmma<128>(problem);

@@ -71,7 +71,6 @@ constexpr int kMaxVec = VEC_BYTES / int(sizeof(kf_elem));  // elements of the wi
 static_assert(kMaxVec >= 2, "a chunk holds at least one pair");
 
 using kf::ElemPack;
-using kf::is_aligned;
 using kf::load;
 using kf::load_pair;
 using kf::rotate;
@@ -257,8 +256,8 @@ int launch_widest(const kf::RotaryCall& p) {
   if constexpr (kVec >= 2) {
     constexpr size_t kXBytes = sizeof(ElemPack<kVec>);
     constexpr size_t kTableBytes = sizeof(ElemPack<kVec / 2>);
-    if (p.head_elems() % kVec == 0 && is_aligned(p.x, kXBytes) && is_aligned(p.y, kXBytes) &&
-        is_aligned(p.cos_table, kTableBytes) && is_aligned(p.sin_table, kTableBytes)) {
+    if (p.head_elems() % kVec == 0 && kf_is_aligned(p.x, kXBytes) && kf_is_aligned(p.y, kXBytes) &&
+        kf_is_aligned(p.cos_table, kTableBytes) && kf_is_aligned(p.sin_table, kTableBytes)) {
       return launch<kVec, true>(p);
     }
     if constexpr (kVec > 2) return launch_widest<kVec / 2>(p);

@@ -44,7 +44,6 @@ static_assert(VEC % 2 == 0, "an x chunk holds whole pairs");
 static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 bytes");
 
 using kf::ElemPack;
-using kf::is_aligned;
 using kf::load_pair;
 using kf::rotate;
 using kf::store_pair;
@@ -185,10 +184,10 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   constexpr int kPairs = VEC / 2;
   constexpr size_t kXPackBytes = sizeof(ElemPack<VEC>);
   constexpr size_t kTablePackBytes = sizeof(ElemPack<kPairs>);
-  const bool packed = half_dim % kPairs == 0 && is_aligned(call.x, kXPackBytes) &&
-                      is_aligned(call.y, kXPackBytes) &&
-                      is_aligned(call.cos_table, kTablePackBytes) &&
-                      is_aligned(call.sin_table, kTablePackBytes);
+  const bool packed = half_dim % kPairs == 0 && kf_is_aligned(call.x, kXPackBytes) &&
+                      kf_is_aligned(call.y, kXPackBytes) &&
+                      kf_is_aligned(call.cos_table, kTablePackBytes) &&
+                      kf_is_aligned(call.sin_table, kTablePackBytes);
   if (packed) {
     return launch<kPairs, true>(call.x, call.cos_table, call.sin_table, call.y, call.batch_heads,
                                 int(seq_len), half_dim, call.stream);

@@ -77,7 +77,6 @@ constexpr int kMaxVec = VEC_BYTES / int(sizeof(kf_elem));  // elements of the wi
 static_assert(kMaxVec >= 1, "a chunk holds at least one element");
 
 using kf::ElemPack;
-using kf::is_aligned;
 using kf::load;
 using kf::load_pair;
 using kf::rotate;
@@ -246,8 +245,9 @@ int launch_widest(const kf::RotaryCall& p) {
   const int64_t half_dim = p.head_dim / 2;
   constexpr size_t kPackBytes = sizeof(ElemPack<kVec>);
   if constexpr (kVec > 1) {
-    if (half_dim % kVec != 0 || !is_aligned(p.x, kPackBytes) || !is_aligned(p.y, kPackBytes) ||
-        !is_aligned(p.cos_table, kPackBytes) || !is_aligned(p.sin_table, kPackBytes)) {
+    if (half_dim % kVec != 0 || !kf_is_aligned(p.x, kPackBytes) ||
+        !kf_is_aligned(p.y, kPackBytes) || !kf_is_aligned(p.cos_table, kPackBytes) ||
+        !kf_is_aligned(p.sin_table, kPackBytes)) {
       return launch_widest<kVec / 2>(p);
     }
   }

@@ -60,7 +60,6 @@ constexpr int kMaxVec = VEC_BYTES / int(sizeof(kf_elem));  // elements of the wi
 static_assert(kMaxVec >= 1, "a chunk holds at least one element");
 
 using kf::ElemPack;
-using kf::is_aligned;
 using kf::load;
 using kf::load_pair;
 using kf::rotate;
@@ -172,9 +171,9 @@ template <int kVec>
 int launch_widest(const kf::RotaryCall& p) {
   constexpr size_t kPackBytes = sizeof(ElemPack<kVec>);
   if constexpr (kVec > 1) {
-    if ((p.head_dim / 2) % kVec != 0 || !is_aligned(p.x, kPackBytes) ||
-        !is_aligned(p.y, kPackBytes) || !is_aligned(p.cos_table, kPackBytes) ||
-        !is_aligned(p.sin_table, kPackBytes)) {
+    if ((p.head_dim / 2) % kVec != 0 || !kf_is_aligned(p.x, kPackBytes) ||
+        !kf_is_aligned(p.y, kPackBytes) || !kf_is_aligned(p.cos_table, kPackBytes) ||
+        !kf_is_aligned(p.sin_table, kPackBytes)) {
       return launch_widest<kVec / 2>(p);
     }
   }

@@ -47,7 +47,6 @@ constexpr int kMaxRegisters = 64;
 static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 bytes");
 
 using kf::ElemPack;
-using kf::is_aligned;
 using kf::load_pair;
 using kf::rotate;
 using kf::store_pair;
@@ -163,9 +162,10 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   // Vector accesses need every half row to start on a chunk boundary (half_dim % VEC == 0)
   // and aligned bases.
   constexpr size_t kPackBytes = sizeof(ElemPack<VEC>);
-  const bool packed = half_dim % VEC == 0 && is_aligned(call.x, kPackBytes) &&
-                      is_aligned(call.y, kPackBytes) && is_aligned(call.cos_table, kPackBytes) &&
-                      is_aligned(call.sin_table, kPackBytes);
+  const bool packed = half_dim % VEC == 0 && kf_is_aligned(call.x, kPackBytes) &&
+                      kf_is_aligned(call.y, kPackBytes) &&
+                      kf_is_aligned(call.cos_table, kPackBytes) &&
+                      kf_is_aligned(call.sin_table, kPackBytes);
   if (packed) {
     return launch<VEC>(call.x, call.cos_table, call.sin_table, call.y, call.batch_heads,
                        int(seq_len), half_dim, call.stream);
