@@ -10,6 +10,7 @@
  * param: STAGES = 4 in {2, 3, 4, 5, 6, 7, 8}
  * param: SCHEDULE = 0 in {0, 1}
  * param: EPILOGUE = 0 in {0, 1}
+ * param: EPI_N = 32 in {32, 64}
  * param: RASTER = 0 in {0, 1, 2}
  * param: SWIZZLE = 1 in {1, 2, 4, 8}
  * param: SPLIT = 0 in {0, 1}
@@ -23,10 +24,14 @@
  * # CUTLASS's ping-pong kernel has no stream-K scheduler.
  * require: SPLIT == 0 || SCHEDULE == 0
  * # shared memory: the STAGES-deep ring of A and B tiles; the TMA epilogue's two D staging
- * # buffers of one epilogue sub-tile (min(TILE_M, 128 or 64) x 32); the pipelines' barriers and
- * # the 1024-byte alignment of swizzled tiles (an upper bound, checked by a static_assert).
+ * # buffers of one epilogue sub-tile (min(TILE_M, 128 or 64) x EPI_N), its barriers padded to
+ * # the buffers' swizzle alignment (8 rows of EPI_N) twice over; the mainloop's barriers and the
+ * # 1024-byte alignment of swizzled tiles (an upper bound, checked by a static_assert).
  * derive: EPI_ROWS = min(TILE_M, SCHEDULE == 0 ? 128 : 64)
- * derive: EPI_BYTES = EPILOGUE == 0 ? 2 * EPI_ROWS * 32 * elem_bytes : 0
+ * require: TILE_N % EPI_N == 0
+ * # EPI_N only shapes the TMA epilogue's sub-tiles: the register-store epilogue ignores it.
+ * require: EPILOGUE == 0 || EPI_N == 32
+ * derive: EPI_BYTES = EPILOGUE == 0 ? (2 * EPI_ROWS + 16) * EPI_N * elem_bytes : 0
  * derive: SMEM_BYTES = STAGES * (TILE_M + TILE_N) * TILE_K * elem_bytes + EPI_BYTES + 1024
  * require: SMEM_BYTES <= max_shared_per_block
  * threads: 384
@@ -89,6 +94,10 @@
 //   STAGES           depth of the shared-memory ring; more stages hide more load latency.
 //   SCHEDULE         0 = KernelTmaWarpSpecializedCooperative, 1 = KernelTmaWarpSpecializedPingpong.
 //   EPILOGUE         0 = TMA-store epilogue (shared-memory staging), 1 = direct register stores.
+//   EPI_N            columns of one TMA-epilogue sub-tile (its rows: 128 cooperative, 64
+//                    ping-pong). 32 is CUTLASS's own choice; 64 halves the sub-tiles, and with
+//                    them the consumer barriers and store waits of every tile's epilogue, for
+//                    twice the staging memory.
 //   RASTER           tile order: 1 = along M, 2 = along N, 0 = CUTLASS's heuristic (along M
 //                    when there are more tiles along N than along M, else along N).
 //   SWIZZLE          width of the raster bands, in tiles (CUTLASS's max_swizzle_size).
@@ -128,10 +137,16 @@ using TileSchedulerTag = std::conditional_t<SPLIT == 0, cutlass::gemm::Persisten
                                             cutlass::gemm::StreamKScheduler>;
 static_assert(SPLIT == 0 || SCHEDULE == 0, "the ping-pong kernel has no stream-K scheduler");
 
+// One TMA-epilogue sub-tile: EPI_ROWS x EPI_N (the rows as CUTLASS's automatic choice takes
+// them). The register-store epilogue keeps the automatic tile.
+using EpilogueTile =
+    std::conditional_t<EPILOGUE == 0, cute::Shape<cute::Int<EPI_ROWS>, cute::Int<EPI_N>>,
+                       cutlass::epilogue::collective::EpilogueTileAuto>;
+
 // D = acc converted to Element. ElementC = void: no source operand, nothing read from C.
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, Accumulator, Accumulator,
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile,
+    Accumulator, Accumulator,
     /*ElementC=*/void, LayoutD, kAlignment, /*ElementD=*/Element, LayoutD, kAlignment,
     EpilogueSchedule>::CollectiveOp;
 
