@@ -61,14 +61,6 @@ double dot(const double* u, const double* v, int64_t n) {  // u, v: [n]
   return total;
 }
 
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
@@ -85,7 +77,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
     return KF_ERR_UNSUPPORTED;
   }
   // K and V may have fewer heads (grouped-query attention), each shared by `group` query heads.
-  if (q.ndim != 4 || k.ndim != 4 || !same_shape(q, o) || !same_shape(k, v) ||
+  if (q.ndim != 4 || k.ndim != 4 || !kf_same_shape(&q, &o) || !kf_same_shape(&k, &v) ||
       k.shape[0] != q.shape[0] || k.shape[2] != q.shape[2] || k.shape[3] != q.shape[3] ||
       k.shape[1] <= 0 || q.shape[1] % k.shape[1] != 0) {
     return KF_ERR_UNSUPPORTED;

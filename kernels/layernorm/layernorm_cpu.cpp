@@ -62,14 +62,6 @@ double row_variance(const kf_elem* x_row, double mean, int64_t dim) {  // x_row:
   return total / double(dim);
 }
 
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
@@ -85,7 +77,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
       y.dtype != kf_elem_dtype) {
     return KF_ERR_UNSUPPORTED;
   }
-  if (x.ndim < 1 || !same_shape(x, y)) return KF_ERR_UNSUPPORTED;
+  if (x.ndim < 1 || !kf_same_shape(&x, &y)) return KF_ERR_UNSUPPORTED;
 
   // Leading dimensions are rows: batch = shape[0] for the [batch, dim] case.
   const int64_t dim = x.shape[x.ndim - 1];

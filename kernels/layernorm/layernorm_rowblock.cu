@@ -417,18 +417,6 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
   }
 }
 
-bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
@@ -444,7 +432,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
       y.dtype != kf_elem_dtype) {
     return KF_ERR_UNSUPPORTED;
   }
-  if (x.ndim < 1 || !same_shape(x, y)) return KF_ERR_UNSUPPORTED;
+  if (x.ndim < 1 || !kf_same_shape(&x, &y)) return KF_ERR_UNSUPPORTED;
 
   // Leading dimensions are rows: batch = shape[0] for the [batch, dim] case.
   const int64_t dim = x.shape[x.ndim - 1];
@@ -464,9 +452,9 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
 
   // Vector accesses need x and y equally misaligned, which holds when both bases are aligned.
   constexpr size_t kPackBytes = sizeof(ElemPack<VEC>);
-  const bool vectorized = is_aligned(x_data, kPackBytes) && is_aligned(y_data, kPackBytes);
-  const bool params_in_packs = vectorized && dim % VEC == 0 && is_aligned(w_data, kPackBytes) &&
-                               is_aligned(b_data, kPackBytes);
+  const bool vectorized = kf_is_aligned(x_data, kPackBytes) && kf_is_aligned(y_data, kPackBytes);
+  const bool params_in_packs = vectorized && dim % VEC == 0 && kf_is_aligned(w_data, kPackBytes) &&
+                               kf_is_aligned(b_data, kPackBytes);
   const dim3 grid(static_cast<unsigned>(blocks));
   if constexpr (ROW_PACKS > 0) {
     // A row's vector body has at most dim / VEC packs, so dim <= ROW_PACKS * VEC * group

@@ -358,18 +358,6 @@ void launch(dim3 grid, cudaStream_t stream, const kf_elem* x, const kf_elem* wei
       <<<grid, BLOCK_THREADS, 0, stream>>>(x, weight, y, M, N, eps);
 }
 
-bool is_aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
@@ -383,7 +371,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   if (x.dtype != kf_elem_dtype || weight.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) {
     return KF_ERR_UNSUPPORTED;
   }
-  if (x.ndim < 1 || !same_shape(x, y)) return KF_ERR_UNSUPPORTED;
+  if (x.ndim < 1 || !kf_same_shape(&x, &y)) return KF_ERR_UNSUPPORTED;
 
   // Leading dimensions are rows: M = shape[0] for the [M, N] case.
   const int64_t N = x.shape[x.ndim - 1];
@@ -401,8 +389,8 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
 
   // Vector accesses need x and y equally misaligned, which holds when both bases are aligned.
   constexpr size_t kPackBytes = sizeof(ElemPack<VEC>);
-  const bool vectorized = is_aligned(x_data, kPackBytes) && is_aligned(y_data, kPackBytes);
-  const bool weight_in_packs = vectorized && N % VEC == 0 && is_aligned(w_data, kPackBytes);
+  const bool vectorized = kf_is_aligned(x_data, kPackBytes) && kf_is_aligned(y_data, kPackBytes);
+  const bool weight_in_packs = vectorized && N % VEC == 0 && kf_is_aligned(w_data, kPackBytes);
   // A row's vector body has at most N / VEC packs, so N <= ROW_PACKS * VEC * kGroupThreads
   // means every row fits in registers.
   const bool single_read =

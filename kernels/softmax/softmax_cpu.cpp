@@ -74,14 +74,6 @@ acc_t exp_and_sum(const kf_elem* x_row, acc_t max, acc_t* exp_row, int64_t cols)
   return total;
 }
 
-bool same_shape(const kf_tensor& a, const kf_tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int32_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] != b.shape[i]) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
@@ -92,7 +84,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   const kf_tensor& x = args->inputs[0];
   const kf_tensor& y = args->outputs[0];
   if (x.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) return KF_ERR_UNSUPPORTED;
-  if (x.ndim < 1 || !same_shape(x, y)) return KF_ERR_UNSUPPORTED;
+  if (x.ndim < 1 || !kf_same_shape(&x, &y)) return KF_ERR_UNSUPPORTED;
 
   // Leading dimensions are rows: rows = shape[0] for the [rows, cols] case.
   const int64_t cols = x.shape[x.ndim - 1];
