@@ -4,7 +4,8 @@
 //
 //   - kf::GemmDeviceSetup / kf::setup_gemm_device: the per-device host setup (the SM count, the
 //     shared-memory opt-in, how many clusters fit), done on a device's first call so that later
-//     calls can be captured into a CUDA graph.
+//     calls can be captured into a CUDA graph; kf::clusters_that_fit, its cluster count, for
+//     kernels of a file's own.
 //   - kf::run_cutlass_gemm: the launch once the operands and epilogue are set (the device's
 //     setup, the scheduler's arguments, the workspace, initialize and run).
 //   - kf::is_tma_aligned: TMA's 16-byte alignment of a base pointer.
@@ -54,6 +55,29 @@ struct GemmDeviceSetup {
   int max_active_clusters = 0;  // clusters of ClusterM x ClusterN that fit at once; 0: unknown
 };
 
+// Clusters of ClusterM x ClusterN blocks of `kernel` (`threads` each, `smem_bytes` of dynamic
+// shared memory) that fit on the current device at once; 0 where the device does not say.
+inline int clusters_that_fit(const void* kernel, int cluster_m, int cluster_n, int threads,
+                             int smem_bytes) {
+  cudaLaunchAttribute cluster_attr{};
+  cluster_attr.id = cudaLaunchAttributeClusterDimension;
+  cluster_attr.val.clusterDim.x = unsigned(cluster_m);
+  cluster_attr.val.clusterDim.y = unsigned(cluster_n);
+  cluster_attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(cluster_m), unsigned(cluster_n), 1);
+  config.blockDim = dim3(unsigned(threads), 1, 1);
+  config.dynamicSmemBytes = size_t(smem_bytes);
+  config.attrs = &cluster_attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return clusters;
+}
+
 // Fills `setup` for `device` once; false when a query fails.
 template <class GemmKernel, int ClusterM, int ClusterN>
 bool setup_gemm_device(int device, GemmDeviceSetup& setup) {
@@ -69,22 +93,10 @@ bool setup_gemm_device(int device, GemmDeviceSetup& setup) {
     return false;
   }
   // Without this count CUTLASS guesses from the GPC layout of a full GH100; a grid of more
-  // clusters than fit would leave a second wave of one cluster per SM pair.
-  cudaLaunchAttribute cluster_attr{};
-  cluster_attr.id = cudaLaunchAttributeClusterDimension;
-  cluster_attr.val.clusterDim.x = ClusterM;
-  cluster_attr.val.clusterDim.y = ClusterN;
-  cluster_attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ClusterM, ClusterN, 1);
-  config.blockDim = dim3(GemmKernel::MaxThreadsPerBlock, 1, 1);
-  config.dynamicSmemBytes = kSmemBytes;
-  config.attrs = &cluster_attr;
-  config.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&setup.max_active_clusters, kernel, &config) != cudaSuccess) {
-    cudaGetLastError();
-    setup.max_active_clusters = 0;  // CUTLASS's estimate then
-  }
+  // clusters than fit would leave a second wave of one cluster per SM pair. 0: CUTLASS's
+  // estimate then.
+  setup.max_active_clusters =
+      clusters_that_fit(kernel, ClusterM, ClusterN, GemmKernel::MaxThreadsPerBlock, kSmemBytes);
   setup.ready = true;
   return true;
 }

@@ -389,33 +389,15 @@ struct DeviceSetup {
   int gate_up_clusters = 0;  // gate-up clusters that fit at once
 };
 
-// Clusters of `cluster_size` blocks of `kernel` that fit on the device at once (0 if unknown).
-int clusters_that_fit(const void* kernel, int cluster_size, int threads, int smem_bytes) {
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim = {unsigned(cluster_size), 1, 1};
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(cluster_size, 1, 1);
-  config.blockDim = dim3(threads, 1, 1);
-  config.dynamicSmemBytes = smem_bytes;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return clusters;
-}
-
 bool setup_device(DeviceSetup& setup) {
   if (setup.ready) return true;
   if (cudaFuncSetAttribute(gate_up_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            int(sizeof(GateUpShared))) != cudaSuccess) {
     return false;
   }
-  setup.gate_up_clusters = clusters_that_fit(reinterpret_cast<const void*>(gate_up_kernel),
-                                             CLUSTER_M, kGateUpThreads, int(sizeof(GateUpShared)));
+  setup.gate_up_clusters =
+      kf::clusters_that_fit(reinterpret_cast<const void*>(gate_up_kernel), CLUSTER_M, 1,
+                            kGateUpThreads, int(sizeof(GateUpShared)));
   setup.ready = true;
   return true;
 }
