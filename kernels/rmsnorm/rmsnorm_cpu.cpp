@@ -45,6 +45,14 @@ acc_t row_sum_of_squares(const kf_elem* x_row, int64_t N) {  // x_row: [N]
   return total;
 }
 
+bool same_shape(const kf_tensor& a, const kf_tensor& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int32_t i = 0; i < a.ndim; ++i) {
+    if (a.shape[i] != b.shape[i]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
@@ -58,7 +66,7 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
   if (x.dtype != kf_elem_dtype || weight.dtype != kf_elem_dtype || y.dtype != kf_elem_dtype) {
     return KF_ERR_UNSUPPORTED;
   }
-  if (x.ndim < 1 || !kf_same_shape(&x, &y)) return KF_ERR_UNSUPPORTED;
+  if (x.ndim < 1 || !same_shape(x, y)) return KF_ERR_UNSUPPORTED;
 
   // Leading dimensions are rows: M = shape[0] for the [M, N] case.
   const int64_t N = x.shape[x.ndim - 1];
