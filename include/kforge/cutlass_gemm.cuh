@@ -4,8 +4,8 @@
 //
 //   - kf::GemmDeviceSetup / kf::setup_gemm_device: the per-device host setup (the SM count, the
 //     shared-memory opt-in, how many clusters fit), done on a device's first call so that later
-//     calls can be captured into a CUDA graph; kf::clusters_that_fit, its cluster count, for
-//     kernels of a file's own.
+//     calls can be captured into a CUDA graph. kf::clusters_that_fit is its cluster count,
+//     also used by files that launch kernels of their own (after their shared-memory opt-in).
 //   - kf::run_cutlass_gemm: the launch once the operands and epilogue are set (the device's
 //     setup, the scheduler's arguments, the workspace, initialize and run).
 //   - kf::is_tma_aligned: TMA's 16-byte alignment of a base pointer.

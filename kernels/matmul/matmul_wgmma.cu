@@ -23,10 +23,11 @@
  * require: ACC_REGS <= 192
  * # CUTLASS's ping-pong kernel has no stream-K scheduler.
  * require: SPLIT == 0 || SCHEDULE == 0
- * # shared memory: the STAGES-deep ring of A and B tiles; the TMA epilogue's two D staging
- * # buffers of one epilogue sub-tile (min(TILE_M, 128 or 64) x EPI_N), its barriers padded to
- * # the buffers' swizzle alignment (8 rows of EPI_N) twice over; the mainloop's barriers and the
- * # 1024-byte alignment of swizzled tiles (an upper bound, checked by a static_assert).
+ * # shared memory: the STAGES-deep ring of A and B tiles; the TMA epilogue's D staging (at most
+ * # two buffers of one sub-tile, min(TILE_M, 128 or 64) x EPI_N) and its barriers, which CUTLASS
+ * # pads to the buffers' swizzle alignment (measured: 1 KB at EPI_N 32, 2 KB at 64; the 16 rows
+ * # bound both); the mainloop's barriers and the 1024-byte alignment of swizzled tiles (an upper
+ * # bound, checked by a static_assert).
  * derive: EPI_ROWS = min(TILE_M, SCHEDULE == 0 ? 128 : 64)
  * require: TILE_N % EPI_N == 0
  * # EPI_N only shapes the TMA epilogue's sub-tiles: the register-store epilogue ignores it.
