@@ -65,7 +65,7 @@ class Timer:
     region."""
 
     def __init__(self, torch, l2_bytes, min_samples=20, max_samples=2000, max_seconds=1.0,
-                 target_stderr=0.002, redraw=None, flush="dirty"):
+                 target_stderr=0.002, redraw=None, flush="dirty", min_spin_us=100.0):
         self.torch = torch
         self.flush_buffer = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
         # "dirty": the buffer is written, so the call meets an L2 full of lines that must go back
@@ -78,8 +78,30 @@ class Timer:
         self.min_samples, self.max_samples = min_samples, max_samples
         self.max_seconds, self.target_stderr = max_seconds, target_stderr
         self.redraw = redraw
-        # ~100 us of spinning at the H200's 1.98 GHz.
-        self.spin_cycles = 200_000
+        # The spin before every call lasts at least min_spin_us, and at least `host_margin` times
+        # the call's own host time (guards, wrappers, launches: over 100 us for some
+        # torch.compile calls), so that the GPU is still spinning when its first kernel is queued.
+        if min_spin_us < 5.0:
+            raise ValueError("min_spin_us under 5 us: the spins that open and close a call in "
+                             "kernel_us would no longer tell apart")
+        self.min_spin_us = min_spin_us
+        self.spin_cycles_per_us = self._spin_rate()
+        self.spin_us = self.min_spin_us  # set per function by _warm_up
+
+    host_margin = 3.0
+
+    def _spin_rate(self):
+        """The spin kernel's cycles per microsecond on this GPU, measured (its clock is not the
+        nominal one, and moves with load)."""
+        torch = self.torch
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)  # warm
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return cycles / (start.elapsed_time(end) * 1e3)
 
     def flush(self):
         """Evicts the L2 cache's contents by touching a buffer twice its size."""
@@ -89,9 +111,16 @@ class Timer:
             self.torch.amax(self.flush_buffer.view(self.torch.int32), dim=0, out=self.flush_sink)
 
     def _warm_up(self, fn):
+        """Three calls, and the spin sized to fn's host time (the slowest of the last two)."""
+        host_us = []
         for _ in range(3):
+            self.torch.cuda.synchronize()
+            t0 = time.perf_counter()
             fn()
+            host_us.append((time.perf_counter() - t0) * 1e6)
         self.torch.cuda.synchronize()
+        self.host_us = max(host_us[1:])
+        self.spin_us = max(self.min_spin_us, self.host_margin * self.host_us)
 
     def _before_call(self):
         """What precedes every timed call: fresh inputs (with `redraw`), the flush, and a spin
@@ -101,7 +130,7 @@ class Timer:
         if self.redraw:
             self.redraw()
         self.flush()
-        self.torch.cuda._sleep(self.spin_cycles)
+        self.torch.cuda._sleep(int(self.spin_us * self.spin_cycles_per_us))
 
     def time_us(self, fn):
         torch = self.torch
@@ -127,7 +156,8 @@ class Timer:
         samples.sort()
         n = len(samples)
         return {"median_us": statistics.median(samples), "p10_us": samples[n // 10],
-                "p90_us": samples[(9 * n) // 10], "samples": n}
+                "p90_us": samples[(9 * n) // 10], "samples": n,
+                "host_us": round(self.host_us, 1), "spin_us": round(self.spin_us, 1)}
 
     def kernel_us(self, fn, samples=40):
         """A second account of fn's GPU time, beside time_us's events: the activity records
@@ -143,7 +173,7 @@ class Timer:
         self._warm_up(fn)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(samples):
-                self._before_call()  # its spin (~100 us) opens the call
+                self._before_call()  # its spin (min_spin_us or more) opens the call
                 fn()
                 torch.cuda._sleep(1000)  # closes it (under a microsecond)
             torch.cuda.synchronize()
@@ -154,7 +184,7 @@ class Timer:
         calls, current = [], None
         for e in activities:
             if "spin_kernel" in e.name():
-                if e.duration_ns() > 10_000:
+                if e.duration_ns() > 3_000:  # the opening spin is at least 5 us, the closing one ~0.5
                     current = []
                 elif current is not None:
                     calls.append(current)

@@ -7,6 +7,7 @@
  * param: ROWS_PER_BLOCK = 1 in {1, 2, 4, 8, 16, 32}
  * param: ROW_PACKS = 8 in {0, 1, 2, 4, 5, 8, 10, 16}
  * param: MIN_BLOCKS = 8 in {1, 2, 4, 6, 8}
+ * param: X_EVICT_FIRST = 0 in {0, 1}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
@@ -15,6 +16,7 @@
  * require: ROW_PACKS == 0 || VEC > 1
  * # MIN_BLOCKS bounds the single-read kernel only.
  * require: ROW_PACKS > 0 || MIN_BLOCKS == 1
+ * require: ROW_PACKS > 0 || X_EVICT_FIRST == 0
  * # With a known dim, keep only the smallest ROW_PACKS whose registers hold the row.
  * prune: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= dim
  * prune: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < dim
@@ -61,8 +63,13 @@
 //   MIN_BLOCKS      single-read: blocks per SM the registers must leave room for (the second
 //                   argument of __launch_bounds__): more resident blocks keep more loads in flight
 //                   per SM, too many make ptxas spill (the tuner drops spilling variants).
+//   X_EVICT_FIRST   single-read: 1 loads x with an L2 evict_first policy. The row is read
+//                   once, so its lines are the ones to give up first: when L2 holds dirty
+//                   lines of an earlier kernel, x's clean lines are replaced instead of those
+//                   being written back while this kernel runs.
 #include <cstdint>
 
+#include "kforge/elem_access.cuh"
 #include "kforge/elem_cuda.cuh"
 
 namespace {
@@ -78,11 +85,7 @@ static_assert(kGroupThreads % kWarpSize == 0, "each row must be owned by whole w
 static_assert(VEC * sizeof(kf_elem) <= 16, "a vector access moves at most 16 bytes");
 static_assert(VEC <= kGroupThreads, "a row's scalar head and tail take one pass of its group");
 
-// kVec consecutive elements, aligned so that one instruction loads or stores all of them.
-template <int kVec>
-struct alignas(kVec * sizeof(kf_elem)) ElemPack {
-  kf_elem v[kVec];
-};
+using kf::ElemPack;  // kVec elements, moved by one instruction
 
 // Count, mean and sum of squared deviations from the mean of some of a row's shifted values.
 // Counts are exact in fp32 up to 2^24 elements per row (the host checks dim).
@@ -331,9 +334,17 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
 
   // Every load first, so all of them are in flight together.
   Pack xs[kRowPacks];  // xs[i]: pack thread_in_group + i * kGroupThreads of the row
+  [[maybe_unused]] uint64_t release_policy = 0;
+  if constexpr (X_EVICT_FIRST != 0) release_policy = kf::l2_policy<kf::L2Residency::release>();
 #pragma unroll
   for (int i = 0; i < kRowPacks; ++i) {
-    if (owns(i)) xs[i] = x_packs[thread_in_group + i * kGroupThreads];
+    if (!owns(i)) continue;
+    const Pack* src = x_packs + thread_in_group + i * kGroupThreads;
+    if constexpr (X_EVICT_FIRST != 0) {
+      xs[i] = kf::load_with_policy<kf::L2Residency::release>(src, release_policy);
+    } else {
+      xs[i] = *src;
+    }
   }
   const float shift = has_row ? kf_to_float(x_row[0]) : 0.0f;
   const float d_head = has_head ? kf_to_float(x_row[thread_in_group]) - shift : 0.0f;
