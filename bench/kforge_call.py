@@ -167,7 +167,10 @@ class Timer:
         one's start to the last one's end, gaps included). Events also count the GPU's time
         from the start event to the first kernel and from the last one to the end event; where
         the two accounts differ by more between two functions than their times do, the events'
-        comparison is not the kernels'."""
+        comparison is not the kernels'. The medians of `lead_us` (the opening spin's end to the
+        first activity's start) and `trail_us` (the last activity's end to the start of the
+        closing spin, the next kernel in the stream) say on which side of the kernels the
+        difference lies, and whether a following kernel waits for it too."""
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
         self._warm_up(fn)
@@ -181,22 +184,27 @@ class Timer:
                              if str(e.device_type()).endswith("CUDA")), key=lambda e: e.start_ns())
         # A call's activities lie between a long spin and the next short one; the spins are told
         # apart by their length, so a missing record cannot pair a flush with a call.
-        calls, current = [], None
+        # Each call: (opening spin, its activities, closing spin).
+        calls, current, opening = [], None, None
         for e in activities:
             if "spin_kernel" in e.name():
                 if e.duration_ns() > 3_000:  # the opening spin is at least 5 us, the closing one ~0.5
-                    current = []
+                    current, opening = [], e
                 elif current is not None:
-                    calls.append(current)
+                    calls.append((opening, current, e))
                     current = None
             elif current is not None:
                 current.append(e)
-        calls = [c for c in calls if c]
+        calls = [c for c in calls if c[1]]
         if not calls:
             return {"error": "no activity records between the spins"}
-        sums = [sum(e.duration_ns() for e in c) / 1e3 for c in calls]
-        spans = [(max(e.end_ns() for e in c) - min(e.start_ns() for e in c)) / 1e3 for c in calls]
+        sums = [sum(e.duration_ns() for e in c) / 1e3 for _, c, _ in calls]
+        spans = [(max(e.end_ns() for e in c) - min(e.start_ns() for e in c)) / 1e3
+                 for _, c, _ in calls]
+        leads = [(min(e.start_ns() for e in c) - o.end_ns()) / 1e3 for o, c, _ in calls]
+        trails = [(z.start_ns() - max(e.end_ns() for e in c)) / 1e3 for _, c, z in calls]
         return {"sum_median_us": statistics.median(sums),
                 "span_median_us": statistics.median(spans),
-                "activities_per_call": statistics.median(len(c) for c in calls),
+                "lead_us": statistics.median(leads), "trail_us": statistics.median(trails),
+                "activities_per_call": statistics.median(len(c) for _, c, _ in calls),
                 "calls": len(calls)}
