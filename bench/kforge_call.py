@@ -81,9 +81,9 @@ class Timer:
         # The spin before every call lasts at least min_spin_us, and at least `host_margin` times
         # the call's own host time (guards, wrappers, launches: over 100 us for some
         # torch.compile calls), so that the GPU is still spinning when its first kernel is queued.
-        if min_spin_us < 5.0:
-            raise ValueError("min_spin_us under 5 us: the spins that open and close a call in "
-                             "kernel_us would no longer tell apart")
+        if min_spin_us < 10.0:
+            raise ValueError("min_spin_us under 10 us: the spins that open (at least this long) "
+                             "and close (~0.5 us) a call in kernel_us would no longer tell apart")
         self.min_spin_us = min_spin_us
         self.spin_cycles_per_us = self._spin_rate()
         self.spin_us = self.min_spin_us  # set per function by _warm_up
@@ -188,7 +188,7 @@ class Timer:
         calls, current, opening = [], None, None
         for e in activities:
             if "spin_kernel" in e.name():
-                if e.duration_ns() > 3_000:  # the opening spin is at least 5 us, the closing one ~0.5
+                if e.duration_ns() > 3_000:  # the opening spin is at least 10 us, the closing ~0.5
                     current, opening = [], e
                 elif current is not None:
                     calls.append((opening, current, e))
@@ -205,6 +205,7 @@ class Timer:
         trails = [(z.start_ns() - max(e.end_ns() for e in c)) / 1e3 for _, c, z in calls]
         return {"sum_median_us": statistics.median(sums),
                 "span_median_us": statistics.median(spans),
+                "host_us": round(self.host_us, 1), "spin_us": round(self.spin_us, 1),
                 "lead_us": statistics.median(leads), "trail_us": statistics.median(trails),
                 "activities_per_call": statistics.median(len(c) for _, c, _ in calls),
                 "calls": len(calls)}

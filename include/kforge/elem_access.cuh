@@ -96,9 +96,10 @@ __device__ __forceinline__ void store(T* p, const T& value) {
   }
 }
 
-// L2 residency for a row read twice by one kernel: the first read asks L2 to keep its lines
-// (evict_last), so the second read finds them even while other blocks stream their rows through;
-// the second read marks them evict_first, since nothing reads them again.
+// L2 residency of data a kernel reads. For a row read twice, the first read asks L2 to keep its
+// lines (evict_last), so the second read finds them even while other blocks stream their rows
+// through; the last read of any data marks its lines evict_first, since nothing reads them
+// again.
 enum class L2Residency { keep, release };
 
 // The cache policy operand for loads with kResidency; make it once per thread, outside loops.
