@@ -10,7 +10,6 @@
 #include <random>
 #include <regex>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/parallel.h"
 #include "core/process.h"
 
 namespace kforge {
@@ -421,26 +421,17 @@ CompileResult Compiler::compile(const KernelFile& file, const Variant& variant) 
 std::vector<CompileResult> Compiler::compile_all(const KernelFile& file,
                                                  const std::vector<Variant>& variants,
                                                  unsigned jobs) const {
-  if (jobs == 0) jobs = std::max(1u, std::thread::hardware_concurrency());
   std::vector<CompileResult> results(variants.size());
-  std::atomic<size_t> next{0};
   std::mutex error_mutex;
   std::exception_ptr error;
-  {
-    std::vector<std::jthread> workers;
-    for (unsigned t = 0; t < std::min<size_t>(jobs, variants.size()); ++t) {
-      workers.emplace_back([&] {
-        for (size_t i = next++; i < variants.size(); i = next++) {
-          try {
-            results[i] = compile(file, variants[i]);
-          } catch (...) {
-            std::lock_guard lock(error_mutex);
-            if (!error) error = std::current_exception();
-          }
-        }
-      });
+  parallel_for_each_claimed(variants.size(), jobs, [&](size_t i) {
+    try {
+      results[i] = compile(file, variants[i]);
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
     }
-  }
+  });
   if (error) std::rethrow_exception(error);
   return results;
 }

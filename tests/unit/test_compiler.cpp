@@ -1,12 +1,10 @@
 // Compiler and cache: CPU modules are built with the system compiler, so these run anywhere.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,6 +12,7 @@
 #include "compile/compiler.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/parallel.h"
 #include "test_support.h"
 
 namespace kforge {
@@ -206,21 +205,13 @@ TEST(CudaKernels, AllCompileForSm90a) {
   }
   std::vector<CompileResult> results(jobs.size());
   std::vector<std::string> errors(jobs.size());
-  std::atomic<size_t> next{0};
-  {
-    std::vector<std::jthread> workers;
-    for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t) {
-      workers.emplace_back([&] {
-        for (size_t i = next++; i < jobs.size(); i = next++) {
-          try {
-            results[i] = compiler.compile(*jobs[i].file, jobs[i].variant);
-          } catch (const std::exception& e) {
-            errors[i] = e.what();
-          }
-        }
-      });
+  parallel_for_each_claimed(jobs.size(), 0, [&](size_t i) {
+    try {
+      results[i] = compiler.compile(*jobs[i].file, jobs[i].variant);
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
     }
-  }
+  });
   for (size_t i = 0; i < jobs.size(); ++i) {
     const CompileResult& r = results[i];
     EXPECT_TRUE(errors[i].empty()) << jobs[i].variant.describe() << ": " << errors[i];
