@@ -155,8 +155,13 @@ class Timer:
                     break
         samples.sort()
         n = len(samples)
-        return {"median_us": statistics.median(samples), "p10_us": samples[n // 10],
-                "p90_us": samples[(9 * n) // 10], "samples": n,
+        median = statistics.median(samples)
+        # The spread as kforge's SampleStats has it: 1.4826 x the median absolute deviation,
+        # relative to the median, and the median's standard error from it.
+        rel_noise = 1.4826 * statistics.median(abs(x - median) for x in samples) / median
+        return {"median_us": median, "p10_us": samples[n // 10],
+                "p90_us": samples[(9 * n) // 10], "samples": n, "rel_noise": rel_noise,
+                "rel_stderr": 1.2533 * rel_noise / math.sqrt(n),
                 "host_us": round(self.host_us, 1), "spin_us": round(self.spin_us, 1)}
 
     def kernel_us(self, fn, samples=40):
