@@ -14,16 +14,28 @@ archive() {  # OUT/PART.tgz: everything so far (the results database included)
   tar czf "$out.tgz.part" -C "$(dirname "$out")" "$part" && mv "$out.tgz.part" "$out.tgz"
 }
 
-step() {  # step NAME CMD...: runs with its output in OUT/NAME.log, notes the exit status
+# step NAME CMD...: runs with its output in OUT/NAME.log, notes the exit status. The command runs
+# in the background and the script waits for it, so that a TERM or INT acts at once (bash defers
+# a trap until a foreground command ends) and on_exit's clean-up runs.
+step() {
   local name=$1
   shift
   echo "== $name: $*" | tee -a "$summary"
   local started=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
+  "$@" > "$out/$name.log" 2>&1 &
+  wait $!
   local rc=$?
   echo "== $name: exit $rc after $((SECONDS - started)) s" | tee -a "$summary"
   archive
   return $rc
+}
+
+# on_exit CMD: CMD (a string, expanded when it runs) runs however the script ends, a TERM or INT
+# included, after the step in progress was stopped: for putting back what a part moved aside.
+on_exit() {
+  trap 'kill $(jobs -p) 2> /dev/null; wait; '"$1" EXIT
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
 }
 
 # The tables' device key of GPU 0 as kforge writes it: "NVIDIA H100 80GB HBM3 (cc 9.0, ...)" ->
