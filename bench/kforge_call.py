@@ -57,16 +57,56 @@ def bind_entry(module_path, entry, inputs, outputs, dtype_names, stream, scalars
     return launch
 
 
+class L2Demoter:
+    """Lowers every L2 line of some tensors to normal eviction priority. A kernel may load with
+    an evict_last policy, and such lines outlast any amount of normal writes: a flush of twice
+    the L2 leaves them in place, and the next sample reads them from L2. Demoted first, they go
+    like any other line. kforge's own timer does the same (src/device/cuda_backend.cpp); here
+    the kernel is Triton's, which comes with PyTorch for CUDA."""
+
+    LINE = 128
+    BLOCK = 1024
+
+    def __init__(self):
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def demote_lines(first_line, n_lines, BLOCK: tl.constexpr):
+            i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            address = first_line + tl.minimum(i, n_lines - 1).to(tl.int64) * 128
+            # A line that is not in L2 is left alone: nothing is fetched.
+            tl.inline_asm_elementwise(
+                "applypriority.global.L2::evict_normal [$1], 128;\n\tmov.u32 $0, 0;",
+                "=r,l", [address], dtype=tl.int32, is_pure=False, pack=1)
+
+        self.triton = triton
+        self.kernel = demote_lines
+
+    def __call__(self, tensors):
+        for t in tensors:
+            nbytes = t.numel() * t.element_size()
+            if nbytes == 0 or not t.is_cuda:
+                continue
+            first = t.data_ptr() & ~(self.LINE - 1)
+            n_lines = (t.data_ptr() + nbytes - first + self.LINE - 1) // self.LINE
+            self.kernel[(self.triton.cdiv(n_lines, self.BLOCK),)](first, n_lines,
+                                                                   BLOCK=self.BLOCK)
+
+
 class Timer:
     """Median of event-timed single calls, each after the L2 cache was flushed by writing a
     buffer twice its size. Samples until the median's standard error is under `target_stderr`
     (relative) or `max_seconds` of sampling, with at least `min_samples`. With `redraw`, every
     call runs on fresh values: redraw() refills the inputs before the flush, outside the timed
-    region."""
+    region. The L2 lines of `cold_tensors` (the calls' inputs and outputs; set them per problem)
+    are demoted to normal priority before each flush, so that no eviction policy keeps them."""
 
     def __init__(self, torch, l2_bytes, min_samples=20, max_samples=2000, max_seconds=1.0,
                  target_stderr=0.002, redraw=None, flush="dirty", min_spin_us=100.0):
         self.torch = torch
+        self.demote = L2Demoter()
+        self.cold_tensors = []
         self.flush_buffer = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
         # "dirty": the buffer is written, so the call meets an L2 full of lines that must go back
         # to memory before its own take their place (as after a kernel that wrote a lot);
@@ -123,12 +163,14 @@ class Timer:
         self.spin_us = max(self.min_spin_us, self.host_margin * self.host_us)
 
     def _before_call(self):
-        """What precedes every timed call: fresh inputs (with `redraw`), the flush, and a spin
+        """What precedes every timed call: fresh inputs (with `redraw`), their lines demoted, the
+        flush, and a spin
         that keeps the GPU busy while the host issues the call, so that the timed region holds
         GPU work only: without it, a call whose host side (Python wrapper, guards, launch)
         outlasts the flush leaves the GPU idle inside the region."""
         if self.redraw:
             self.redraw()
+        self.demote(self.cold_tensors)
         self.flush()
         self.torch.cuda._sleep(int(self.spin_us * self.spin_cycles_per_us))
 

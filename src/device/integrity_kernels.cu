@@ -54,6 +54,18 @@ __global__ void digest_kernel(const Bits* data, int64_t count, unsigned long lon
   }
 }
 
+// One applypriority per 128-byte L2 line. A line that is not in L2 is left alone (nothing is
+// fetched), so a demotion costs no memory traffic.
+__global__ void l2_demote_kernel(const char* data, size_t bytes) {
+  constexpr size_t kLine = 128;
+  const size_t first = reinterpret_cast<uintptr_t>(data) & ~(kLine - 1);
+  const size_t end = reinterpret_cast<uintptr_t>(data) + bytes;
+  for (size_t line = first + (blockIdx.x * size_t(blockDim.x) + threadIdx.x) * kLine; line < end;
+       line += size_t(gridDim.x) * blockDim.x * kLine) {
+    asm volatile("applypriority.global.L2::evict_normal [%0], 128;" ::"l"(line) : "memory");
+  }
+}
+
 }  // namespace
 
 void launch_fill_fresh(void* data, kf_dtype dtype, int64_t begin, int64_t end,
@@ -87,6 +99,12 @@ void launch_fill_fresh(void* data, kf_dtype dtype, int64_t begin, int64_t end,
                                                           scale, seed);
       break;
   }
+}
+
+void launch_l2_demote(const void* data, size_t bytes, cudaStream_t stream) {
+  if (data == nullptr || bytes == 0) return;
+  l2_demote_kernel<<<blocks_for(static_cast<int64_t>((bytes + 127) / 128)), kThreads, 0, stream>>>(
+      static_cast<const char*>(data), bytes);
 }
 
 void launch_digest(const void* data, int64_t count, int element_bytes, unsigned long long* result,

@@ -159,6 +159,8 @@ class Problem:
         timer = (Timer(torch, torch.cuda.get_device_properties(0).L2_cache_size,
                        max_seconds=max_seconds, redraw=redraw)
                  if cuda else HostTimer(max_seconds, redraw))
+        if cuda:
+            timer.cold_tensors = tensors + outputs
         with torch.no_grad():
             eager = timer.time_us(lambda: model(*inputs))
             torch._dynamo.reset()

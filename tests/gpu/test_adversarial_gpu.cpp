@@ -63,3 +63,38 @@ INSTANTIATE_TEST_SUITE_P(Faults, SanitizerStage,
 
 }  // namespace
 }  // namespace kforge
+
+namespace kforge {
+namespace {
+
+// An L2 eviction policy buys a kernel nothing between timed samples: evict_last_x.cu, which
+// loads x evict_last, times like the same kernel with plain loads. At 4096x1024 in bf16, x
+// (8 MB) and y fit in L2 with room to spare: were x's lines left in place by the flush, every
+// sample would read it from L2 (a fifth or more of the time, measured without the demotion).
+TEST(L2Policy, EvictLastGainsNothing) {
+  if (list_cuda_devices().empty()) GTEST_SKIP() << "no CUDA device";
+  const std::string file = test::test_data_dir() + "/adversarial/evict_last_x.cu";
+  const auto dir = test::temp_dir("l2-policy");
+  const auto median_us = [&](int evict_last) {
+    const auto json = dir / ("bench-" + std::to_string(evict_last) + ".json");
+    const CommandResult r =
+        run_command({test::kforge_binary(), "bench", file, "--shape", "4096x1024", "--dtype",
+                     "bf16", "--param", "X_EVICT_LAST=" + std::to_string(evict_last),
+                     "--no-baseline", "--max-time", "2", "--json", json.string()},
+                    std::chrono::minutes(5));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (!std::filesystem::exists(json)) return 0.0;
+    const auto j = nlohmann::json::parse(std::ifstream(json));
+    EXPECT_EQ(j.at("verdict"), "OK") << r.output;
+    return j.at("time_us").at("median").get<double>();
+  };
+  const double plain = median_us(0);
+  const double kept = median_us(1);
+  std::printf("evict_last_x.cu at 4096x1024: plain loads %.2f us, evict_last %.2f us\n", plain,
+              kept);
+  EXPECT_GT(kept, 0.9 * plain) << "evict_last loads made the samples faster: their lines "
+                                  "outlasted the flush";
+}
+
+}  // namespace
+}  // namespace kforge
