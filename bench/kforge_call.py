@@ -58,16 +58,21 @@ def bind_entry(module_path, entry, inputs, outputs, dtype_names, stream, scalars
 
 
 class L2Demoter:
-    """Lowers every L2 line of some tensors to normal eviction priority. A kernel may load with
-    an evict_last policy, and such lines outlast any amount of normal writes: a flush of twice
-    the L2 leaves them in place, and the next sample reads them from L2. Demoted first, they go
-    like any other line. kforge's own timer does the same (src/device/cuda_backend.cpp); here
-    the kernel is Triton's, which comes with PyTorch for CUDA."""
+    """Lowers every L2 line of some tensors to normal eviction priority, and resets the lines an
+    access policy window marked persisting. A kernel may load with an evict_last policy, or mark
+    its inputs persisting in the L2 a device sets aside for that; either kind of line outlasts
+    any amount of normal writes, so a flush of twice the L2 leaves it in place and the next
+    sample reads it from L2. Demoted and reset first, they go like any other line. kforge's own
+    timer does the same (src/device/cuda_backend.cpp); here the demotion is a Triton kernel
+    (Triton comes with PyTorch for CUDA) and the reset the driver's."""
 
     LINE = 128
     BLOCK = 1024
+    CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
 
     def __init__(self):
+        self.driver = ctypes.CDLL("libcuda.so.1")
+        self.persisting_at_start = self._persisting_limit()
         import triton
         import triton.language as tl
 
@@ -83,7 +88,23 @@ class L2Demoter:
         self.triton = triton
         self.kernel = demote_lines
 
+    def _persisting_limit(self):
+        value = ctypes.c_size_t(0)
+        status = self.driver.cuCtxGetLimit(ctypes.byref(value),
+                                           self.CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
+        return value.value if status == 0 else 0  # no limit, no persisting lines
+
     def __call__(self, tensors):
+        # The device's own set-aside stays; a call that changed it is not timed.
+        limit = self._persisting_limit()
+        if limit != self.persisting_at_start:
+            raise RuntimeError(f"the L2 set aside for persisting accesses changed from "
+                               f"{self.persisting_at_start} to {limit} bytes: lines kept there "
+                               f"outlast the flush, so no sample would start cold")
+        if limit > 0:
+            status = self.driver.cuCtxResetPersistingL2Cache()
+            if status != 0:
+                raise RuntimeError(f"cuCtxResetPersistingL2Cache failed ({status})")
         for t in tensors:
             nbytes = t.numel() * t.element_size()
             if nbytes == 0 or not t.is_cuda:
@@ -105,9 +126,9 @@ class Timer:
     def __init__(self, torch, l2_bytes, min_samples=20, max_samples=2000, max_seconds=1.0,
                  target_stderr=0.002, redraw=None, flush="dirty", min_spin_us=100.0):
         self.torch = torch
-        self.demote = L2Demoter()
-        self.cold_tensors = []
         self.flush_buffer = torch.empty(2 * l2_bytes, dtype=torch.uint8, device="cuda")
+        self.demote = L2Demoter()  # after the allocation: its driver calls need the context
+        self.cold_tensors = []
         # "dirty": the buffer is written, so the call meets an L2 full of lines that must go back
         # to memory before its own take their place (as after a kernel that wrote a lot);
         # "clean": the buffer is read, so the lines it leaves can be dropped.

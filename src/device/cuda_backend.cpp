@@ -123,6 +123,7 @@ class CudaBackend final : public DeviceBackend {
     KF_CUDA_CHECK(cudaMalloc(&digest_device_, kMaxDigests * 2 * sizeof(unsigned long long)));
     KF_CUDA_CHECK(cudaMallocHost(&digest_host_, kMaxDigests * 2 * sizeof(unsigned long long)));
     info_.max_sm_clock_mhz = clock_.max_sm_clock_mhz();
+    persisting_l2_at_start_ = persisting_l2_limit();
     exercise_measurement();
   }
 
@@ -173,7 +174,8 @@ class CudaBackend final : public DeviceBackend {
     // lines a kernel loaded evict_last (H100: a 16 MB buffer loaded that way was read in 8.96 us
     // after the flush, 11.65 cold, 6.69 warm), so the buffers' lines are demoted first.
     if (cold_cache) {
-      refuse_persisting_l2();
+      refuse_persisting_l2_change();
+      reset_persisting_l2();
       for (const DeviceSpan& b : buffers)
         launch_l2_demote(b.data, b.bytes(), stream_);
       check(cudaMemsetAsync(flush_, ++flush_round_ & 0xff, flush_bytes_, stream_), "flush");
@@ -232,7 +234,7 @@ class CudaBackend final : public DeviceBackend {
     // Nothing the call put on the given stream has run yet: it sits in the graph. Work that ran
     // anyway, or still runs, was put elsewhere.
     check_nothing_left_running(std::chrono::seconds(2));
-    refuse_persisting_l2();
+    refuse_persisting_l2_change();
     const Digest d = digest(outputs);
     int64_t total = 0;
     for (const auto& o : outputs)
@@ -311,24 +313,36 @@ class CudaBackend final : public DeviceBackend {
     if (err != cudaSuccess) raise_device_error(err, where);
   }
 
-  // L2 set aside for persisting accesses (cudaLimitPersistingL2CacheSize) keeps the lines that an
-  // access policy window marks persisting through any flush: a call that set it aside could read
-  // its inputs from L2 in every sample. The limit is the device's, so the worker is replaced.
-  void refuse_persisting_l2() {
+  // L2 set aside for persisting accesses (cudaLimitPersistingL2CacheSize) keeps the lines an
+  // access policy window marks persisting through any flush. A device may come up with some set
+  // aside (an H100 here: 9600 KB); that much stays, as every program on it gets, and its lines
+  // are reset to normal before every cold sample. A call that changes the set-aside is refused:
+  // the limit is the device's, so the worker that changed it is replaced.
+  static size_t persisting_l2_limit() {
     size_t set_aside = 0;
     if (cudaDeviceGetLimit(&set_aside, cudaLimitPersistingL2CacheSize) != cudaSuccess) {
       cudaGetLastError();  // a device without the limit has no persisting lines either
-      return;
+      return 0;
     }
-    if (set_aside == 0) return;
+    return set_aside;
+  }
+
+  void refuse_persisting_l2_change() {
+    const size_t set_aside = persisting_l2_limit();
+    if (set_aside == persisting_l2_at_start_) return;
     cudaCtxResetPersistingL2Cache();
-    cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0);
+    cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, persisting_l2_at_start_);
     throw IntegrityViolation(
         fmt::format("the call set aside {} KB of L2 for persisting accesses "
-                    "(cudaLimitPersistingL2CacheSize): lines kept there outlast the flush before "
-                    "every timed sample, so its samples would not start cold",
-                    set_aside >> 10),
+                    "(cudaLimitPersistingL2CacheSize, {} KB before it): lines kept there outlast "
+                    "the flush before every timed sample, so its samples would not start cold",
+                    set_aside >> 10, persisting_l2_at_start_ >> 10),
         /*fatal=*/true);
+  }
+
+  void reset_persisting_l2() {
+    if (persisting_l2_at_start_ == 0) return;  // no line can be persisting
+    check(cudaCtxResetPersistingL2Cache(), "reset of persisting L2 lines");
   }
 
   // Runs every step of a measurement once on kforge's own scratch buffer, so that whatever
@@ -420,6 +434,7 @@ class CudaBackend final : public DeviceBackend {
   void* flush_ = nullptr;
   size_t flush_bytes_ = 0;
   unsigned flush_round_ = 0;
+  size_t persisting_l2_at_start_ = 0;        // the device's own set-aside, in bytes
   static constexpr size_t kMaxDigests = 16;  // buffers in one digest
   unsigned long long* digest_device_ = nullptr;
   unsigned long long* digest_host_ = nullptr;
