@@ -644,6 +644,9 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
                          {"params", tunables_of(*f, b.params)},
                          {"variant_key", b.variant_key},
                          {"time_us", b.stats.median * 1e3},
+                         // Rows timed under older rules say so (docs/integrity.md): a row
+                         // without this field predates integrity-2's flush.
+                         {"timing_method", b.method},
                          {"final_check", report.final_check},
                          {"tune_seconds", report.wall_seconds},
                          {"evaluations", report.evaluations.size()},

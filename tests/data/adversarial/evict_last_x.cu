@@ -4,11 +4,11 @@
  * dtypes: f16, bf16, f32
  * param: X_EVICT_LAST = 1 in {0, 1}
  */
-// Adversarial: reads x with an L2 evict_last policy. Normal writes do not evict such lines, so a
-// flush of twice the L2 leaves x there for the next sample, and a problem that fits in L2 reads
-// it from there every time (on an H100, a 16 MB buffer loaded that way was read in 8.96 us after
-// the flush, against 11.65 cold). kforge demotes the lines of a call's buffers before the flush,
-// so this kernel must time like the same kernel with plain loads (X_EVICT_LAST=0): the GPU test
+// Adversarial: reads x with an L2 evict_last policy. Normal writes do not evict such lines (not
+// the redraw of the inputs, not a flush of twice the L2), so a problem that fits in L2 reads x
+// from there in every timed sample. Before kforge demoted the lines of a call's buffers ahead of
+// the flush, `kforge bench` on an H100 timed it at 4096x1024 in 8.93 us against 11.42 with plain
+// loads (X_EVICT_LAST=0); with the demotion, 11.58 against 11.87. The GPU test
 // L2Policy.EvictLastGainsNothing times both.
 // expect: check=OK bench=OK tune=any
 #include <cstdint>
@@ -17,12 +17,17 @@
 #include "kforge/elem_cuda.cuh"
 
 constexpr int kThreads = 256;
+constexpr int kVec = 16 / sizeof(kf_elem);
+using Pack = kf::ElemPack<kVec>;
 
-__device__ __forceinline__ float load_x(const kf_elem* p, uint64_t policy) {
+// *p, with the policy or without it. Rows whose length is a multiple of kVec are read in 16-byte
+// packs (bandwidth-bound, so where x is read from shows in the time), others element by element.
+template <typename T>
+__device__ __forceinline__ T load_x(const T* p, uint64_t policy) {
   if constexpr (X_EVICT_LAST != 0) {
-    return kf_to_float(kf::load_with_policy<kf::L2Residency::keep>(p, policy));
+    return kf::load_with_policy<kf::L2Residency::keep>(p, policy);
   } else {
-    return kf_to_float(*p);
+    return kf::load_bits(p);
   }
 }
 
@@ -34,11 +39,20 @@ __global__ void __launch_bounds__(kThreads)
   const uint64_t policy = kf::l2_policy<kf::L2Residency::keep>();
   const kf_elem* x_row = x + int64_t(blockIdx.x) * n;
   kf_elem* y_row = y + int64_t(blockIdx.x) * n;
+  const bool packed = n % kVec == 0;
+  const auto* x_packs = reinterpret_cast<const Pack*>(x_row);
+  const int items = packed ? n / kVec : n;
   __shared__ float partial[kThreads / 32];
   float sum = 0.0f;
-  for (int j = threadIdx.x; j < n; j += kThreads) {
-    const float v = load_x(x_row + j, policy);
-    sum += v * v;
+  for (int j = threadIdx.x; j < items; j += kThreads) {
+    if (packed) {
+      const Pack p = load_x(x_packs + j, policy);
+      for (int e = 0; e < kVec; ++e)
+        sum = fmaf(kf_to_float(p.v[e]), kf_to_float(p.v[e]), sum);
+    } else {
+      const float v = kf_to_float(load_x(x_row + j, policy));
+      sum = fmaf(v, v, sum);
+    }
   }
   for (int offset = 16; offset > 0; offset /= 2)
     sum += __shfl_down_sync(0xffffffffu, sum, offset);
@@ -48,8 +62,19 @@ __global__ void __launch_bounds__(kThreads)
   for (int w = 0; w < kThreads / 32; ++w)
     total += partial[w];
   const float inv_rms = rsqrtf(total / float(n) + eps);
-  for (int j = threadIdx.x; j < n; j += kThreads)
-    y_row[j] = kf_from_float<kf_elem>(load_x(x_row + j, policy) * inv_rms * kf_to_float(weight[j]));
+  for (int j = threadIdx.x; j < items; j += kThreads) {
+    if (packed) {
+      const Pack p = load_x(x_packs + j, policy);
+      const Pack w = kf::load_bits(reinterpret_cast<const Pack*>(weight) + j);
+      Pack out;
+      for (int e = 0; e < kVec; ++e)
+        out.v[e] = kf_from_float<kf_elem>(kf_to_float(p.v[e]) * inv_rms * kf_to_float(w.v[e]));
+      kf::store_bits(reinterpret_cast<Pack*>(y_row) + j, out);
+    } else {
+      const float v = kf_to_float(load_x(x_row + j, policy));
+      y_row[j] = kf_from_float<kf_elem>(v * inv_rms * kf_to_float(weight[j]));
+    }
+  }
 }
 
 KFORGE_ENTRY int kforge_run(const kf_args* args) {
