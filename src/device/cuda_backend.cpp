@@ -174,7 +174,7 @@ class CudaBackend final : public DeviceBackend {
     // lines a kernel loaded evict_last (H100: a 16 MB buffer loaded that way was read in 8.96 us
     // after the flush, 11.65 cold, 6.69 warm), so the buffers' lines are demoted first.
     if (cold_cache) {
-      refuse_persisting_l2_change();
+      refuse_l2_setting_changes();
       reset_persisting_l2();
       for (const DeviceSpan& b : buffers)
         launch_l2_demote(b.data, b.bytes(), stream_);
@@ -234,7 +234,7 @@ class CudaBackend final : public DeviceBackend {
     // Nothing the call put on the given stream has run yet: it sits in the graph. Work that ran
     // anyway, or still runs, was put elsewhere.
     check_nothing_left_running(std::chrono::seconds(2));
-    refuse_persisting_l2_change();
+    refuse_l2_setting_changes();
     const Digest d = digest(outputs);
     int64_t total = 0;
     for (const auto& o : outputs)
@@ -327,7 +327,25 @@ class CudaBackend final : public DeviceBackend {
     return set_aside;
   }
 
-  void refuse_persisting_l2_change() {
+  // The L2 settings a call could leave behind to keep its data through the flush: a larger
+  // persisting set-aside, or an access policy window on kforge's own stream, which would apply
+  // to kforge's redraw and flush too (marking its inputs persisting as they are redrawn, or the
+  // flush's lines streaming, so that they leave first). Either is refused.
+  void refuse_l2_setting_changes() {
+    cudaStreamAttrValue window{};
+    if (cudaStreamGetAttribute(stream_, cudaStreamAttributeAccessPolicyWindow, &window) !=
+        cudaSuccess) {
+      cudaGetLastError();
+    } else if (window.accessPolicyWindow.num_bytes != 0) {
+      cudaStreamAttrValue none{};
+      cudaStreamSetAttribute(stream_, cudaStreamAttributeAccessPolicyWindow, &none);
+      cudaCtxResetPersistingL2Cache();
+      throw IntegrityViolation(
+          fmt::format("the call set an access policy window of {} KB on the given stream, which "
+                      "would apply to kforge's redraw and flush between samples too",
+                      window.accessPolicyWindow.num_bytes >> 10),
+          /*fatal=*/true);
+    }
     const size_t set_aside = persisting_l2_limit();
     if (set_aside == persisting_l2_at_start_) return;
     cudaCtxResetPersistingL2Cache();
