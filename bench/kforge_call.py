@@ -62,16 +62,25 @@ class L2Demoter:
     access policy window marked persisting. A kernel may load with an evict_last policy, or mark
     its inputs persisting in the L2 a device sets aside for that; either kind of line outlasts
     any amount of normal writes, so a flush of twice the L2 leaves it in place and the next
-    sample reads it from L2. Demoted and reset first, they go like any other line. kforge's own
-    timer does the same (src/device/cuda_backend.cpp); here the demotion is a Triton kernel
-    (Triton comes with PyTorch for CUDA) and the reset the driver's."""
+    sample reads it from L2. Demoted and reset first, they go like any other line, as in kforge's
+    own timer (src/device/cuda_backend.cpp); here the demotion is a Triton kernel (Triton comes
+    with PyTorch for CUDA) and the reset the driver's. Weaker than kforge's worker: a module
+    timed in this process runs its host code in every sample and could patch this class itself,
+    so this timer is for comparisons with PyTorch, not a defense against an adversarial file."""
 
     LINE = 128
     BLOCK = 1024
     CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
 
+    CUDA_ERROR_UNSUPPORTED_LIMIT = 215
+    CUDA_ERROR_NOT_SUPPORTED = 801
+
     def __init__(self):
         self.driver = ctypes.CDLL("libcuda.so.1")
+        self.driver.cuCtxGetLimit.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+        self.driver.cuCtxGetLimit.restype = ctypes.c_int
+        self.driver.cuCtxResetPersistingL2Cache.argtypes = []
+        self.driver.cuCtxResetPersistingL2Cache.restype = ctypes.c_int
         self.persisting_at_start = self._persisting_limit()
         import triton
         import triton.language as tl
@@ -92,7 +101,11 @@ class L2Demoter:
         value = ctypes.c_size_t(0)
         status = self.driver.cuCtxGetLimit(ctypes.byref(value),
                                            self.CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
-        return value.value if status == 0 else 0  # no limit, no persisting lines
+        if status == self.CUDA_ERROR_UNSUPPORTED_LIMIT:
+            return 0  # no set-aside on this device, so no persisting lines
+        if status != 0:
+            raise RuntimeError(f"cuCtxGetLimit(persisting L2) failed ({status})")
+        return value.value
 
     def __call__(self, tensors):
         # The device's own set-aside stays; a call that changed it is not timed.
@@ -101,16 +114,20 @@ class L2Demoter:
             raise RuntimeError(f"the L2 set aside for persisting accesses changed from "
                                f"{self.persisting_at_start} to {limit} bytes: lines kept there "
                                f"outlast the flush, so no sample would start cold")
-        if limit > 0:
-            status = self.driver.cuCtxResetPersistingL2Cache()
-            if status != 0:
-                raise RuntimeError(f"cuCtxResetPersistingL2Cache failed ({status})")
+        # Always: a call's host code runs in every sample here (there is no graph), so it could
+        # raise the set-aside, mark lines and restore it before returning.
+        status = self.driver.cuCtxResetPersistingL2Cache()
+        if status not in (0, self.CUDA_ERROR_UNSUPPORTED_LIMIT, self.CUDA_ERROR_NOT_SUPPORTED):
+            raise RuntimeError(f"cuCtxResetPersistingL2Cache failed ({status})")
         for t in tensors:
-            nbytes = t.numel() * t.element_size()
-            if nbytes == 0 or not t.is_cuda:
+            if not t.is_cuda:
                 continue
-            first = t.data_ptr() & ~(self.LINE - 1)
-            n_lines = (t.data_ptr() + nbytes - first + self.LINE - 1) // self.LINE
+            storage = t.untyped_storage()  # all of it: a view may span more than numel elements
+            base, nbytes = storage.data_ptr(), storage.nbytes()
+            if nbytes == 0:
+                continue
+            first = base & ~(self.LINE - 1)
+            n_lines = (base + nbytes - first + self.LINE - 1) // self.LINE
             self.kernel[(self.triton.cdiv(n_lines, self.BLOCK),)](first, n_lines,
                                                                    BLOCK=self.BLOCK)
 

@@ -32,7 +32,8 @@ namespace kforge {
 
 // The version of this timing path's rules. Results recorded under another (the tuner's
 // database) are not trusted: a live tune evaluates those variants again. 2: the flush reaches
-// L2 lines kept by an evict_last policy, and L2 set aside for persisting lines is refused.
+// L2 lines kept by an evict_last policy or marked persisting, and a call that changes the
+// persisting set-aside or leaves an access policy window on the stream is refused.
 inline constexpr const char* kMeasurementMethod = "integrity-2";
 
 // What is timed: a compiled module, or the op's library call (cuBLAS; see cublas_ops.h).

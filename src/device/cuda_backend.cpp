@@ -178,6 +178,7 @@ class CudaBackend final : public DeviceBackend {
       reset_persisting_l2();
       for (const DeviceSpan& b : buffers)
         launch_l2_demote(b.data, b.bytes(), stream_);
+      check(cudaGetLastError(), "L2 demotion");  // kforge's own launch, not the candidate's
       check(cudaMemsetAsync(flush_, ++flush_round_ & 0xff, flush_bytes_, stream_), "flush");
     }
     check(cudaEventRecord(start_, stream_), "event");
