@@ -202,8 +202,7 @@ class Timer:
 
     def _before_call(self):
         """What precedes every timed call: fresh inputs (with `redraw`), their lines demoted, the
-        flush, and a spin
-        that keeps the GPU busy while the host issues the call, so that the timed region holds
+        flush, and a spin that keeps the GPU busy while the host issues the call, so that the timed region holds
         GPU work only: without it, a call whose host side (Python wrapper, guards, launch)
         outlasts the flush leaves the GPU idle inside the region."""
         if self.redraw:

@@ -1,7 +1,7 @@
 // Device code of the measurement's integrity rules (docs/integrity.md): fresh inputs drawn on
 // the device before every timed sample, the demotion of their L2 lines before the flush, and a
-// digest of the outputs after it. kforge's own,
-// trusted code; the C ABI dtype keeps this header within nvcc's C++17.
+// digest of the outputs after it. kforge's own, trusted code; the C ABI dtype keeps this header
+// within nvcc's C++17.
 #pragma once
 
 #include <cstdint>

@@ -13,10 +13,10 @@
 // expect: check=OK bench=OK tune=any
 #include <cstdint>
 
+#include "honest_rmsnorm.cuh"
 #include "kforge/elem_access.cuh"
-#include "kforge/elem_cuda.cuh"
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kHonestThreads;
 constexpr int kVec = 16 / sizeof(kf_elem);
 using Pack = kf::ElemPack<kVec>;
 
@@ -42,7 +42,6 @@ __global__ void __launch_bounds__(kThreads)
   const bool packed = n % kVec == 0;
   const auto* x_packs = reinterpret_cast<const Pack*>(x_row);
   const int items = packed ? n / kVec : n;
-  __shared__ float partial[kThreads / 32];
   float sum = 0.0f;
   for (int j = threadIdx.x; j < items; j += kThreads) {
     if (packed) {
@@ -54,13 +53,7 @@ __global__ void __launch_bounds__(kThreads)
       sum = fmaf(v, v, sum);
     }
   }
-  for (int offset = 16; offset > 0; offset /= 2)
-    sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kThreads / 32; ++w)
-    total += partial[w];
+  const float total = honest_block_sum(sum);
   const float inv_rms = rsqrtf(total / float(n) + eps);
   for (int j = threadIdx.x; j < items; j += kThreads) {
     if (packed) {

@@ -9,24 +9,30 @@
 
 constexpr int kHonestThreads = 256;
 
+// The sum of every thread's `value` over a block of kHonestThreads threads, in every thread.
+__device__ __forceinline__ float honest_block_sum(float value) {
+  __shared__ float partial[kHonestThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_down_sync(0xffffffffu, value, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = value;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kHonestThreads / 32; ++w)
+    total += partial[w];
+  return total;
+}
+
 // One row of y by one block of kHonestThreads threads.
 __device__ __forceinline__ void honest_rmsnorm_row(const kf_elem* __restrict__ x_row,   // [N]
                                                    const kf_elem* __restrict__ weight,  // [N]
                                                    kf_elem* __restrict__ y_row,         // [N]
                                                    int N, float eps) {
-  __shared__ float partial[kHonestThreads / 32];
   float sum = 0.0f;
   for (int j = threadIdx.x; j < N; j += kHonestThreads) {
     const float v = kf_to_float(x_row[j]);
     sum += v * v;
   }
-  for (int offset = 16; offset > 0; offset /= 2)
-    sum += __shfl_down_sync(0xffffffffu, sum, offset);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kHonestThreads / 32; ++w)
-    total += partial[w];
+  const float total = honest_block_sum(sum);
   const float inv_rms = rsqrtf(total / float(N) + eps);
   for (int j = threadIdx.x; j < N; j += kHonestThreads) {
     y_row[j] = kf_from_float<kf_elem>(kf_to_float(x_row[j]) * inv_rms * kf_to_float(weight[j]));
