@@ -77,6 +77,17 @@ __global__ void write_evict_last(uint4* p, size_t n, unsigned value) {
   }
 }
 
+// Reads every 16 bytes of p with an evict_last policy: a flush that leaves its lines clean.
+__global__ void read_evict_last(const uint4* p, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = load(p + i, Policy::evict_last);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;
+}
+
 // Writes every 16 bytes of x with plain stores, as kforge's redraw of the inputs does.
 __global__ void rewrite(uint4* x, size_t n, unsigned value) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -119,6 +130,13 @@ struct Probe {
   void evict_last_flush() {
     write_evict_last<<<blocks, 512, 0, stream>>>(reinterpret_cast<uint4*>(flush), flush_bytes / 16,
                                                  ++round);
+    demote<<<blocks, 512, 0, stream>>>(flush, flush_bytes);
+  }
+  // The address-independent candidates: evict_last lines of the flush buffer displace any
+  // other evict_last line, are demoted, and the memset flush then leaves the usual state.
+  void evict_last_read_flush() {
+    read_evict_last<<<blocks, 512, 0, stream>>>(reinterpret_cast<const uint4*>(flush),
+                                                flush_bytes / 16, sink);
     demote<<<blocks, 512, 0, stream>>>(flush, flush_bytes);
   }
   void rewrite_x() { rewrite<<<blocks, 512, 0, stream>>>(x, x_bytes / 16, ++round); }
@@ -207,6 +225,42 @@ int main(int argc, char** argv) {
          p.evict_last_flush();
        }},
       {"cold: evict_last flush + demote", [&] { p.evict_last_flush(); }},
+      {"evict_last read, reset persisting, memset flush",
+       [&] {
+         p.read(Policy::evict_last);
+         CHECK(cudaStreamSynchronize(p.stream));
+         CHECK(cudaCtxResetPersistingL2Cache());
+         p.memset_flush();
+       }},
+      {"evict_last read, el write flush + demote, memset",
+       [&] {
+         p.read(Policy::evict_last);
+         p.evict_last_flush();
+         p.memset_flush();
+       }},
+      {"cold: el write flush + demote, memset",
+       [&] {
+         p.evict_last_flush();
+         p.memset_flush();
+       }},
+      {"evict_last read, el read flush + demote, memset",
+       [&] {
+         p.read(Policy::evict_last);
+         p.evict_last_read_flush();
+         p.memset_flush();
+       }},
+      {"cold: el read flush + demote, memset",
+       [&] {
+         p.evict_last_read_flush();
+         p.memset_flush();
+       }},
+      {"evict_last read, el read flush (no demote), memset",
+       [&] {
+         p.read(Policy::evict_last);
+         read_evict_last<<<p.blocks, 512, 0, p.stream>>>(reinterpret_cast<const uint4*>(p.flush),
+                                                         p.flush_bytes / 16, p.sink);
+         p.memset_flush();
+       }},
       {"persisting window, memset flush",
        [&] {
          p.read_with_window(std::min(1.0f, float(set_aside) / float(p.x_bytes)));
@@ -217,6 +271,12 @@ int main(int argc, char** argv) {
          p.read_with_window(std::min(1.0f, float(set_aside) / float(p.x_bytes)));
          CHECK(cudaStreamSynchronize(p.stream));
          CHECK(cudaCtxResetPersistingL2Cache());
+         p.memset_flush();
+       }},
+      {"persisting window, el read flush + demote, memset",
+       [&] {
+         p.read_with_window(std::min(1.0f, float(set_aside) / float(p.x_bytes)));
+         p.evict_last_read_flush();
          p.memset_flush();
        }},
       {"persisting window, evict_last flush + demote",
