@@ -89,6 +89,8 @@ class Compiler {
   // The cache key a variant would be stored under (exposed for tests).
   std::string cache_key(const KernelFile& file, const Variant& variant) const;
   const CompilerOptions& options() const { return options_; }
+  // CUTLASS's include/ for a file that uses it; throws UsageError when it is not installed.
+  std::filesystem::path cutlass_include_dir(const KernelFile& file) const;
 
  private:
   std::vector<std::string> command_line(const KernelFile& file, const Variant& variant,
@@ -96,8 +98,6 @@ class Compiler {
                                         const std::filesystem::path& output) const;
   std::string compiler_version(Backend backend) const;
   std::string headers_fingerprint(const KernelFile& file) const;
-  // CUTLASS's include/ for a file that uses it; throws UsageError when it is not installed.
-  std::filesystem::path cutlass_include_dir(const KernelFile& file) const;
 
   CompilerOptions options_;
 };

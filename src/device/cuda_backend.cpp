@@ -124,6 +124,7 @@ class CudaBackend final : public DeviceBackend {
     KF_CUDA_CHECK(cudaMallocHost(&digest_host_, kMaxDigests * 2 * sizeof(unsigned long long)));
     info_.max_sm_clock_mhz = clock_.max_sm_clock_mhz();
     persisting_l2_at_start_ = persisting_l2_limit();
+    persisting_l2_resettable_ = probe_persisting_l2_reset();
     exercise_measurement();
   }
 
@@ -359,16 +360,24 @@ class CudaBackend final : public DeviceBackend {
         /*fatal=*/true);
   }
 
-  // Also with nothing set aside: the reset returns evict_last lines, at any address, to normal
-  // too (H100 with 0 KB set aside: a 16 MB buffer loaded evict_last was read after the flush in
-  // 10.88 us, 11.71 with the reset first, 11.74 cold; bench/l2-retention-probe.cu).
-  void reset_persisting_l2() {
+  // Whether this device has persisting lines to reset, asked once, before any candidate runs: a
+  // device without them says so here, and any other failure is the device's, not a call's.
+  static bool probe_persisting_l2_reset() {
     const cudaError_t reset = cudaCtxResetPersistingL2Cache();
     if (reset == cudaErrorNotSupported || reset == cudaErrorUnsupportedLimit) {
-      cudaGetLastError();  // a device without persisting lines
-      return;
+      cudaGetLastError();
+      return false;
     }
-    check(reset, "reset of persisting L2 lines");
+    KF_CUDA_CHECK(reset);
+    return true;
+  }
+
+  // Also with nothing set aside: the reset returns evict_last lines, at any address, to normal
+  // too (H100 with 0 KB set aside: a 16 MB buffer loaded evict_last was read after the flush in
+  // 10.88 us, 11.71 with the reset first, 11.74 cold; bench/l2-retention-probe.cu). It worked at
+  // start, so a failure now is an error the last call left in the context.
+  void reset_persisting_l2() {
+    if (persisting_l2_resettable_) check(cudaCtxResetPersistingL2Cache(), "reset of L2 lines");
   }
 
   // Runs every step of a measurement once on kforge's own scratch buffer, so that whatever
@@ -461,6 +470,7 @@ class CudaBackend final : public DeviceBackend {
   size_t flush_bytes_ = 0;
   unsigned flush_round_ = 0;
   size_t persisting_l2_at_start_ = 0;        // the device's own set-aside, in bytes
+  bool persisting_l2_resettable_ = false;    // cudaCtxResetPersistingL2Cache works here
   static constexpr size_t kMaxDigests = 16;  // buffers in one digest
   unsigned long long* digest_device_ = nullptr;
   unsigned long long* digest_host_ = nullptr;

@@ -282,7 +282,14 @@ class LiveEvaluator final : public Evaluator {
                       [this, file, variant] {
                         compile_slots_.acquire();
                         const auto start = Clock::now();
-                        CompileResult r = compiler_.compile(*file, variant);
+                        CompileResult r;
+                        try {
+                          r = compiler_.compile(*file, variant);
+                        } catch (const std::exception& e) {
+                          // Not built: the lane records why, as for a compiler error.
+                          r.variant = variant;
+                          r.log = e.what();
+                        }
                         compile_slots_.release();
                         note_compile(start, r);
                         return r;
@@ -754,6 +761,8 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
       throw UsageError(
           fmt::format("{} does not support dtype {}", f->path.string(), dtype_name(problem.dtype)));
     }
+    // Here, not on a compile thread: a file whose headers are missing stops the tune at once.
+    if (f->uses("cutlass")) compiler_->cutlass_include_dir(*f);
   }
   const std::string arch = options.arch.empty() ? device.default_arch() : options.arch;
 

@@ -8,6 +8,8 @@
 
 #include "bench/bencher.h"
 #include "checker_fixture.h"
+#include "compile/compiler.h"
+#include "core/error.h"
 #include "device/backend.h"
 #include "device/ceilings.h"
 #include "ops/registry.h"
@@ -179,6 +181,29 @@ TEST_F(GpuTest, TuneFindsACheckedWinnerAndResumesFromTheDatabase) {
   EXPECT_EQ(again.compiled, 0u);
   EXPECT_EQ(again.evaluations[*again.best].record.variant_key, best.variant_key);
   EXPECT_EQ(again.final_check, "PASS (recorded)");
+}
+
+// A tune over a CUTLASS file without CUTLASS's headers stops before anything compiles, with the
+// reason and the fix (met first on a compile thread, it used to end the process).
+TEST_F(GpuTest, TuneWithoutCutlassHeadersStopsWithTheFix) {
+  DevicePool devices("cuda", {0}, compiler(), WorkerOptions{"cuda", 0, test::kforge_binary()});
+  const auto dir = test::temp_dir("tune-no-cutlass");
+  ResultsDb db(dir / "results.sqlite");
+  CompilerOptions options = compiler().options();
+  options.cutlass_include_dir = dir / "no-cutlass-here";
+  const Compiler headerless(options);
+  const KernelFile file = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
+  const OpSpec* matmul = find_op("matmul");
+  const TuneProblem problem{matmul, matmul->parse_shape("256x256x256"), DType::bf16};
+  TuneOptions tune_options;
+  tune_options.max_evaluations = 2;
+  Tuner tuner(db, &headerless, &devices);
+  try {
+    tuner.tune({&file}, problem, tune_options);
+    FAIL() << "the tune ran without CUTLASS's headers";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("scripts/setup"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -19,6 +19,20 @@ TEST_P(AdversarialCpu, GetsItsVerdictAndKforgeSurvives) {
   test::run_adversarial(run);
 }
 
+// Every adversarial file, the GPU's too, names what kforge must say of it (the GPU runs find a
+// missing line only on a GPU machine).
+TEST(AdversarialFiles, EachNamesItsExpectedVerdicts) {
+  for (const std::string extension : {".cpp", ".cu"}) {
+    const auto files = test::adversarial_files(extension);
+    EXPECT_FALSE(files.empty()) << extension;
+    for (const auto& file : files) {
+      const test::Expectation expect = test::read_expectation(file);
+      EXPECT_FALSE(expect.check.empty()) << file;
+      EXPECT_FALSE(expect.bench.empty()) << file;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Files, AdversarialCpu,
                          ::testing::ValuesIn(test::adversarial_files(".cpp")),
                          [](const auto& info) { return info.param.stem().string(); });

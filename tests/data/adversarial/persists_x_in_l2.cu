@@ -12,8 +12,10 @@
 // up with 9600 KB). Before kforge reset persisting lines ahead of every sample, `kforge bench`
 // timed SET_ASIDE=0 at 4096x1024 in 9.92 us with the window against 12.26 without; with the
 // reset, 12.61-12.77 against 12.70-12.77. The GPU test L2Policy.PersistingWindowGainsNothing
-// times both.
-// expect: check=OK|INVALID bench=INVALID tune=loses
+// times both. A tune may time SET_ASIDE=0 variants as honest kernels: their window, per launch,
+// gains nothing once kforge resets persisting lines before each sample (an H200, 2026-11-28:
+// 27.17 us at 4096x4096, slower than the library's rmsnorm).
+// expect: check=OK|INVALID bench=INVALID tune=not-best
 #include <algorithm>
 
 #include "honest_rmsnorm.cuh"
