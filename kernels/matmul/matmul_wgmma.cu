@@ -3,14 +3,14 @@
  * backend: cuda
  * dtypes: bf16, f16
  * param: TILE_M = 128 in {64, 128, 256}
- * param: TILE_N = 256 in {64, 128, 192, 256}
+ * param: TILE_N = 256 in {64, 128, 160, 176, 192, 224, 256}
  * param: TILE_K = 64 in {32, 64, 128}
  * param: CLUSTER_M = 2 in {1, 2}
  * param: CLUSTER_N = 1 in {1, 2, 4}
  * param: STAGES = 4 in {2, 3, 4, 5, 6, 7, 8}
  * param: SCHEDULE = 0 in {0, 1}
  * param: EPILOGUE = 0 in {0, 1}
- * param: EPI_N = 32 in {32, 64}
+ * param: EPI_N = 32 in {16, 32, 64}
  * param: RASTER = 0 in {0, 1, 2}
  * param: SWIZZLE = 1 in {1, 2, 4, 8}
  * param: SPLIT = 0 in {0, 1}
@@ -29,9 +29,8 @@
  * # bound both); the mainloop's barriers and the 1024-byte alignment of swizzled tiles (an upper
  * # bound, checked by a static_assert).
  * derive: EPI_ROWS = min(TILE_M, SCHEDULE == 0 ? 128 : 64)
- * require: TILE_N % EPI_N == 0
  * # EPI_N only shapes the TMA epilogue's sub-tiles: the register-store epilogue ignores it.
- * require: EPILOGUE == 0 || EPI_N == 32
+ * require: EPILOGUE == 0 ? TILE_N % EPI_N == 0 : EPI_N == 32
  * derive: EPI_BYTES = EPILOGUE == 0 ? (2 * EPI_ROWS + 16) * EPI_N * elem_bytes : 0
  * derive: SMEM_BYTES = STAGES * (TILE_M + TILE_N) * TILE_K * elem_bytes + EPI_BYTES + 1024
  * require: SMEM_BYTES <= max_shared_per_block
@@ -86,6 +85,11 @@
 //
 // Tunables:
 //   TILE_M, TILE_N   output tile of one block (of one consumer warp group under ping-pong).
+//                    TILE_N 160, 176 and 224 cut the N of LLM projections into whole tiles
+//                    where 128 and 256 leave a part-empty last wave: Llama's 5632 = 32 x 176
+//                    (704 tiles of 128x256 take 5.33 waves of 132 SMs, 1024 of 128x176 7.76),
+//                    Qwen2's 8960 = 40 x 224. B is N-major, so its shared-memory swizzle is
+//                    the widest that divides TILE_N: 32 bytes at 176, 64 at 160 and 224.
 //   TILE_K           K slice per pipeline stage; 64 16-bit elements = one 128-byte swizzle row.
 //   CLUSTER_M/N      blocks per cluster along M / N (TMA multicast of B / A across them).
 //                    CLUSTER_N 4 was meant for narrow outputs (N = 256 at TILE_N 64), whose
@@ -98,7 +102,7 @@
 //   EPI_N            columns of one TMA-epilogue sub-tile (its rows: 128 cooperative, 64
 //                    ping-pong). 32 is CUTLASS's own choice; 64 halves the sub-tiles, and with
 //                    them the consumer barriers and store waits of every tile's epilogue, for
-//                    twice the staging memory.
+//                    twice the staging memory; 16 is for TILE_N 176, which 32 does not divide.
 //   RASTER           tile order: 1 = along M, 2 = along N, 0 = CUTLASS's heuristic (along M
 //                    when there are more tiles along N than along M, else along N).
 //   SWIZZLE          width of the raster bands, in tiles (CUTLASS's max_swizzle_size).
