@@ -12,14 +12,16 @@
 #ifndef KFORGE_CUTLASS_GEMM_CUH_
 #define KFORGE_CUTLASS_GEMM_CUH_
 
-// CUTLASS 4.2's sm100 collectives (pulled in by the builders' headers, never instantiated
-// here) capture `this` implicitly, which C++20 deprecates: six warnings per compile otherwise.
-// wgmma shapes whose N is not a multiple of 32 or 64 (N = 176, 224) sit behind this switch. Without
-// it, CuTe's builders tile a TILE_N of 176 with the largest enabled N that divides it, 16: eleven
-// wgmmas per k-step instead of one. Tiles of 64, 128, 192 or 256 get the same atoms either way.
+// wgmma shapes whose N is not a multiple of 32 or 64 (N = 176, 224) sit behind this switch.
+// Without it, CuTe's builders tile a TILE_N of 176 with the largest enabled N that divides it,
+// 16: eleven wgmmas per k-step instead of one. Tiles of 64, 128, 192 or 256 get the same atoms
+// either way. It must precede every CuTe header, so files include this header before them.
 #ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #endif
+
+// CUTLASS 4.2's sm100 collectives (pulled in by the builders' headers, never instantiated
+// here) capture `this` implicitly, which C++20 deprecates: six warnings per compile otherwise.
 #pragma nv_diagnostic push
 #pragma nv_diag_suppress 2908
 #include <cute/tensor.hpp>

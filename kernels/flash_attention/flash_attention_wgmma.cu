@@ -100,9 +100,9 @@
 #include <cmath>
 #include <cstdint>
 
-// wgmma shapes of every N that is a multiple of 8 (176 among them), not only the powers of two.
-#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
 #include "flash_attention_common.cuh"
+// First among the CUTLASS headers: it enables wgmma shapes of every N that is a multiple of 8
+// (BLOCK_N 176 among them).
 #include "kforge/cutlass_gemm.cuh"
 #include "kforge/elem_cuda.cuh"
 #include "kforge/workspace.cuh"

@@ -113,11 +113,15 @@ KFORGE_ENTRY int kforge_run(const kf_args* args) {
       sin_table = copy + size_t(table_entries) * sizeof(kf_elem);
     }
   }
-  // Sixteen blocks per SM at most; the grid-stride loop covers the rest.
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return KF_ERR_LAUNCH;
+  // Sixteen blocks per SM at most; the grid-stride loop covers the rest. The SM count is asked
+  // on the first call only.
+  static int sms = 0;
+  if (sms == 0) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      return KF_ERR_LAUNCH;
+    }
   }
   const auto blocks = unsigned(std::min<int64_t>((pairs + kThreads - 1) / kThreads, sms * 16));
   rotate_pairs<<<blocks, kThreads, 0, stream>>>(
