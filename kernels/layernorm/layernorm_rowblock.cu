@@ -8,6 +8,7 @@
  * param: ROW_PACKS = 8 in {0, 1, 2, 4, 5, 8, 10, 16}
  * param: MIN_BLOCKS = 8 in {1, 2, 4, 6, 8}
  * param: X_EVICT_FIRST = 0 in {0, 1}
+ * param: EARLY_PARAMS = 0 in {0, 1}
  * require: BLOCK_THREADS >= 32 * ROWS_PER_BLOCK
  * require: (BLOCK_THREADS / ROWS_PER_BLOCK) % 32 == 0
  * require: VEC * elem_bytes <= 16
@@ -17,6 +18,7 @@
  * # MIN_BLOCKS bounds the single-read kernel only.
  * require: ROW_PACKS > 0 || MIN_BLOCKS == 1
  * require: ROW_PACKS > 0 || X_EVICT_FIRST == 0
+ * require: ROW_PACKS > 0 || EARLY_PARAMS == 0
  * # With a known dim, keep only the smallest ROW_PACKS whose registers hold the row.
  * prune: ROW_PACKS == 0 || ROW_PACKS * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) >= dim
  * prune: ROW_PACKS <= 1 || ROW_PACKS / 2 * VEC * (BLOCK_THREADS / ROWS_PER_BLOCK) < dim
@@ -67,6 +69,10 @@
 //                   once, so its lines are the ones to give up first; meant to let x's clean
 //                   lines be replaced rather than an earlier kernel's dirty ones. On an H100
 //                   it changed little either way (-1% to +2% at three sizes).
+//   EARLY_PARAMS    single-read: 1 loads this thread's weight and bias with x, before the
+//                   row's reductions, so that their latency overlaps the reductions instead of
+//                   following them; costs registers. On short rows (32x128) the kernel is one
+//                   chain of latencies, and loads issued after the reductions lengthen it.
 #include <cstdint>
 
 #include "kforge/elem_access.cuh"
@@ -168,6 +174,31 @@ __device__ __forceinline__ float normalize(float d, float mean, float inv_std, f
   return fmaf((d - mean) * inv_std, w, b);
 }
 
+// Weight and bias of pack p of a row (the row's elements head + p * kVec on), as floats: one
+// vector access each when the packs line up with weight's (kParamsInPacks, head == 0), element
+// by element otherwise.
+template <int kVec, bool kParamsInPacks>
+__device__ __forceinline__ void load_params(const kf_elem* __restrict__ weight,  // weight: [dim]
+                                            const kf_elem* __restrict__ bias,    // bias: [dim]
+                                            int head, int p, float (&w)[kVec], float (&b)[kVec]) {
+  using Pack = ElemPack<kVec>;
+  if constexpr (kParamsInPacks) {
+    const Pack wp = reinterpret_cast<const Pack*>(weight)[p];
+    const Pack bp = reinterpret_cast<const Pack*>(bias)[p];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      w[k] = kf_to_float(wp.v[k]);
+      b[k] = kf_to_float(bp.v[k]);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      w[k] = kf_to_float(weight[head + p * kVec + k]);
+      b[k] = kf_to_float(bias[head + p * kVec + k]);
+    }
+  }
+}
+
 // Packs of kVec elements; kVec == 1 is the scalar path, for bases that are not vector-aligned.
 // kParamsInPacks: every row starts on a pack boundary (dim % kVec == 0, aligned bases), so
 // weight and bias packs line up with x packs; otherwise they are read element by element.
@@ -237,21 +268,7 @@ __global__ void __maxnreg__(kMaxRegisters)
   for (int p = thread_in_group; p < packs; p += kGroupThreads) {
     const Pack xp = x_packs[p];
     float w[kVec], b[kVec];
-    if constexpr (kParamsInPacks) {
-      const Pack wp = reinterpret_cast<const Pack*>(weight)[p];  // head == 0 here
-      const Pack bp = reinterpret_cast<const Pack*>(bias)[p];
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        w[k] = kf_to_float(wp.v[k]);
-        b[k] = kf_to_float(bp.v[k]);
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        w[k] = kf_to_float(weight[head + p * kVec + k]);
-        b[k] = kf_to_float(bias[head + p * kVec + k]);
-      }
-    }
+    load_params<kVec, kParamsInPacks>(weight, bias, head, p, w, b);
     Pack yp;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
@@ -346,6 +363,19 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
       xs[i] = *src;
     }
   }
+  // EARLY_PARAMS: every pack's weight and bias now, in flight with x. Otherwise each pack's are
+  // loaded just before its y is written, so that only one pack's are held at a time.
+  float early_w[EARLY_PARAMS != 0 ? kRowPacks : 1][kVec];
+  float early_b[EARLY_PARAMS != 0 ? kRowPacks : 1][kVec];
+  if constexpr (EARLY_PARAMS != 0) {
+#pragma unroll
+    for (int i = 0; i < kRowPacks; ++i) {
+      if (owns(i)) {
+        load_params<kVec, kParamsInPacks>(weight, bias, head, thread_in_group + i * kGroupThreads,
+                                          early_w[i], early_b[i]);
+      }
+    }
+  }
   const float shift = has_row ? kf_to_float(x_row[0]) : 0.0f;
   const float d_head = has_head ? kf_to_float(x_row[thread_in_group]) - shift : 0.0f;
   const float d_tail = has_tail ? kf_to_float(x_row[tail_index]) - shift : 0.0f;
@@ -392,29 +422,23 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
 #pragma unroll
   for (int i = 0; i < kRowPacks; ++i) {
     if (!owns(i)) continue;
-    const int p = thread_in_group + i * kGroupThreads;
     float w[kVec], b[kVec];
-    if constexpr (kParamsInPacks) {
-      const Pack wp = reinterpret_cast<const Pack*>(weight)[p];  // head == 0 here
-      const Pack bp = reinterpret_cast<const Pack*>(bias)[p];
+    if constexpr (EARLY_PARAMS != 0) {
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        w[k] = kf_to_float(wp.v[k]);
-        b[k] = kf_to_float(bp.v[k]);
+        w[k] = early_w[i][k];
+        b[k] = early_b[i][k];
       }
     } else {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        w[k] = kf_to_float(weight[head + p * kVec + k]);
-        b[k] = kf_to_float(bias[head + p * kVec + k]);
-      }
+      load_params<kVec, kParamsInPacks>(weight, bias, head, thread_in_group + i * kGroupThreads, w,
+                                        b);
     }
     Pack yp;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       yp.v[k] = kf_from_float<kf_elem>(fmaf(d[i][k] * inv_std, w[k], b[k]));
     }
-    y_packs[p] = yp;
+    y_packs[thread_in_group + i * kGroupThreads] = yp;
   }
   if (has_head) {
     const int j = thread_in_group;

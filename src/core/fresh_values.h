@@ -29,6 +29,10 @@ struct FreshInput {
   int64_t bound = 0;
   int64_t special = 0;
   double special_share = 0.0;
+  // keep only: elements per row (0: the tensor has no rows a trap may change). A trap copies one
+  // row onto another in every kept input that has rows, so that a kernel reading a copy of them
+  // made in an earlier call, or values it derived from them, gives wrong outputs there.
+  int64_t row_length = 0;
 };
 
 namespace fresh {
@@ -75,6 +79,19 @@ inline constexpr int kTrapElements = 8;
 // Where the j-th changed element of a trap drawn from `trap_seed` sits among `count` elements.
 KF_HOST_DEVICE inline int64_t trap_element(uint64_t trap_seed, int j, int64_t count) {
   return index_at(trap_seed, static_cast<uint64_t>(j), count, 0, 0.0);
+}
+
+// The rows of a kept input a trap drawn from `trap_seed` changes: row `to` becomes a copy of row
+// `from`. Needs rows >= 2; the two always differ. Every kept input with `rows` rows gets the
+// same pair, so that tables read together (RoPE's cos and sin) stay consistent.
+struct TrapRows {
+  int64_t from = 0;
+  int64_t to = 0;
+};
+KF_HOST_DEVICE inline TrapRows trap_rows(uint64_t trap_seed, int64_t rows) {
+  const int64_t from = index_at(trap_seed, 0x726f77ull, rows, 0, 0.0);
+  const int64_t step = 1 + index_at(trap_seed, 0x726f78ull, rows - 1, 0, 0.0);
+  return {from, (from + step) % rows};
 }
 
 // A digest of a buffer is the sum, modulo 2^64, of one term per element: the same whatever the

@@ -86,11 +86,13 @@ class RotaryEmbedding final : public OpSpec {
     }
   }
 
-  // cos and sin stay the tables generate() made (a rotation's); x is redrawn every sample.
+  // cos and sin stay the tables generate() made (a rotation's); x is redrawn every sample. A
+  // trap copies one position's row of both tables onto another's.
   FreshInput fresh_input(size_t input, const Sizes& sizes) const override {
     if (input == 0) return OpSpec::fresh_input(input, sizes);
     FreshInput rule;
     rule.kind = FreshInput::Kind::keep;
+    rule.row_length = sizes.at("half_dim");
     return rule;
   }
 

@@ -54,13 +54,23 @@ void CaseTensors::generate_inputs(InputKind kind, uint64_t seed) {
   op_.generate(sizes_, kind, seed, inputs_);
 }
 
-void CaseTensors::redraw_trap_elements(size_t input, const FreshInput& rule, uint64_t trap_seed) {
-  HostTensor& t = inputs_.at(input);
-  const int64_t count = t.numel();
-  if (count == 0) return;
-  for (int j = 0; j < fresh::kTrapElements; ++j) {
-    const int64_t e = fresh::trap_element(trap_seed, j, count);
-    fill_fresh_host(t.data, t.dtype, e, e + 1, rule, fresh::mix(trap_seed + 1));
+void CaseTensors::apply_trap(uint64_t trap_seed) {
+  for (size_t input = 0; input < inputs_.size(); ++input) {
+    HostTensor& t = inputs_[input];
+    const FreshInput rule = op_.fresh_input(input, sizes_);
+    const int64_t count = t.numel();
+    if (input == 0 && count > 0) {
+      for (int j = 0; j < fresh::kTrapElements; ++j) {
+        const int64_t e = fresh::trap_element(trap_seed, j, count);
+        fill_fresh_host(t.data, t.dtype, e, e + 1, rule, fresh::mix(trap_seed + 1));
+      }
+    }
+    if (rule.kind == FreshInput::Kind::keep && rule.row_length > 0 &&
+        count / rule.row_length >= 2) {
+      const fresh::TrapRows rows = fresh::trap_rows(trap_seed, count / rule.row_length);
+      const size_t row_bytes = static_cast<size_t>(rule.row_length) * dtype_size(t.dtype);
+      std::memmove(t.data + rows.to * row_bytes, t.data + rows.from * row_bytes, row_bytes);
+    }
   }
 }
 

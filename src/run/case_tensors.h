@@ -29,9 +29,10 @@ class CaseTensors {
   void generate_inputs(InputKind kind, uint64_t seed);
   // The kind of the last generate_inputs() (normal until then).
   InputKind kind() const { return kind_; }
-  // Redraws the kTrapElements scattered elements of input `input` that `trap_seed` picks, as
-  // `rule` says (see core/fresh_values.h).
-  void redraw_trap_elements(size_t input, const FreshInput& rule, uint64_t trap_seed);
+  // The trap drawn from `trap_seed` (see core/fresh_values.h), as a timed sample's trap changes
+  // its inputs: the kTrapElements scattered elements of the first input it picks are redrawn, and
+  // in every kept input with rows one row becomes a copy of another.
+  void apply_trap(uint64_t trap_seed);
   // Sets every bit of every output (a NaN in the floating types): an element a kernel does not
   // write is caught.
   void poison_outputs();

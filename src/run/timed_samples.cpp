@@ -75,22 +75,70 @@ TimedSession::TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors
       inputs_(tensors_->spans(false)),
       outputs_(tensors_->spans(true)),
       buffers_(tensors_->all_spans()),
+      kept_backups_(back_up_kept_inputs()),
       repeatable_(make_steady_repeatable(backend_, call_, outputs_)) {}
+
+TimedSession::~TimedSession() {
+  for (void* backup : kept_backups_) {
+    if (backup) backend_.release(backup);
+  }
+}
+
+std::vector<void*> TimedSession::back_up_kept_inputs() {
+  std::vector<void*> backups(inputs_.size(), nullptr);
+  for (size_t t = 0; t < inputs_.size(); ++t) {
+    const FreshInput& rule = fresh_.at(t);
+    if (rule.kind != FreshInput::Kind::keep || rule.row_length <= 0 ||
+        inputs_[t].count / rule.row_length < 2) {
+      continue;
+    }
+    try {
+      backups[t] = backend_.allocate(inputs_[t].bytes());
+    } catch (...) {
+      for (void* b : backups) {
+        if (b) backend_.release(b);
+      }
+      throw;
+    }
+    backend_.copy_on_device(backups[t], inputs_[t].data, inputs_[t].bytes());
+  }
+  return backups;
+}
 
 uint64_t TimedSession::inputs_seed(size_t index) const {
   return fresh::mix(seed_ ^ fresh::mix(index + 1));
 }
 
+// The same changes as CaseTensors::apply_trap makes on the host, so that a replayed trap is
+// judged against the reference of the inputs the kernel saw.
 void TimedSession::prepare_inputs(const Sample& sample) {
+  if (kept_changed_) {
+    for (size_t t = 0; t < inputs_.size(); ++t) {
+      if (kept_backups_[t]) {
+        backend_.copy_on_device(inputs_[t].data, kept_backups_[t], inputs_[t].bytes());
+      }
+    }
+    kept_changed_ = false;
+  }
   const uint64_t seed = inputs_seed(sample.inputs_from);
   for (size_t t = 0; t < inputs_.size(); ++t) {
     backend_.fill_fresh(inputs_[t], 0, inputs_[t].count, fresh_.at(t), fresh::mix(seed + t));
   }
-  if (sample.kind == SampleKind::trap && !inputs_.empty() && inputs_[0].count > 0) {
+  if (sample.kind != SampleKind::trap) return;
+  if (!inputs_.empty() && inputs_[0].count > 0) {
     for (int j = 0; j < fresh::kTrapElements; ++j) {
       const int64_t e = fresh::trap_element(sample.trap_seed, j, inputs_[0].count);
       backend_.fill_fresh(inputs_[0], e, e + 1, fresh_.at(0), fresh::mix(sample.trap_seed + 1));
     }
+  }
+  for (size_t t = 0; t < inputs_.size(); ++t) {
+    if (!kept_backups_[t]) continue;
+    const int64_t row_length = fresh_.at(t).row_length;
+    const fresh::TrapRows rows = fresh::trap_rows(sample.trap_seed, inputs_[t].count / row_length);
+    const size_t row_bytes = static_cast<size_t>(row_length) * dtype_size(inputs_[t].dtype);
+    auto* base = static_cast<std::byte*>(inputs_[t].data);
+    backend_.copy_on_device(base + rows.to * row_bytes, base + rows.from * row_bytes, row_bytes);
+    kept_changed_ = true;
   }
 }
 

@@ -4,7 +4,8 @@
 // nobody can predict and the outputs are poisoned; after it, a digest of the outputs is taken
 // and any element left unwritten ends the sampling. A few probes sit among the samples: repeats
 // of the previous sample's inputs (a kernel that reuses work shows up as faster there) and a
-// trap that changes a few of them (a kernel that reuses work returns the old outputs). The
+// trap that changes a few of them, kept inputs too (a kernel that reuses work, or reads its own
+// copy of the inputs kforge does not redraw, returns the old outputs). The
 // session is kept until the next request, so kforge can ask for any sample again (`replay`)
 // and check it against the reference.
 #pragma once
@@ -47,6 +48,9 @@ class TimedSession {
   // repeatable (see DeviceBackend::make_repeatable).
   TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors> tensors,
                std::function<void()> call, std::vector<FreshInput> fresh);
+  ~TimedSession();
+  TimedSession(const TimedSession&) = delete;
+  TimedSession& operator=(const TimedSession&) = delete;
 
   // Warm-up, then samples until `settings`' stopping rule is met: {"samples": [...], ...}.
   nlohmann::json measure(const BenchSettings& settings, uint64_t seed, const ProbePlan& probes);
@@ -62,6 +66,8 @@ class TimedSession {
   };
 
   uint64_t inputs_seed(size_t index) const;
+  // Copies of the kept inputs a trap changes a row of, taken before the first call.
+  std::vector<void*> back_up_kept_inputs();
   void prepare_inputs(const Sample& sample);
   // Poisoned outputs, then the timed launch; returns milliseconds.
   double launch_timed();
@@ -75,6 +81,8 @@ class TimedSession {
   std::vector<DeviceSpan> inputs_;
   std::vector<DeviceSpan> outputs_;
   std::vector<DeviceSpan> buffers_;             // every tensor: what a cold sample evicts
+  std::vector<void*> kept_backups_;             // per input: its copy, or nullptr
+  bool kept_changed_ = false;                   // a trap changed a kept input since restored
   std::unique_ptr<RepeatableCall> repeatable_;  // made last: it needs the ones above
   uint64_t seed_ = 0;
   bool cold_cache_ = true;

@@ -62,7 +62,8 @@ void to_json(nlohmann::json& j, const FreshInput& f) {
        {"scale", f.scale},
        {"bound", f.bound},
        {"special", f.special},
-       {"special_share", f.special_share}};
+       {"special_share", f.special_share},
+       {"row_length", f.row_length}};
 }
 
 void from_json(const nlohmann::json& j, FreshInput& f) {
@@ -71,6 +72,7 @@ void from_json(const nlohmann::json& j, FreshInput& f) {
   j.at("bound").get_to(f.bound);
   j.at("special").get_to(f.special);
   j.at("special_share").get_to(f.special_share);
+  j.at("row_length").get_to(f.row_length);
 }
 
 namespace {
