@@ -78,29 +78,17 @@ TimedSession::TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors
       kept_backups_(back_up_kept_inputs()),
       repeatable_(make_steady_repeatable(backend_, call_, outputs_)) {}
 
-TimedSession::~TimedSession() {
-  for (void* backup : kept_backups_) {
-    if (backup) backend_.release(backup);
-  }
-}
-
-std::vector<void*> TimedSession::back_up_kept_inputs() {
-  std::vector<void*> backups(inputs_.size(), nullptr);
+std::vector<TimedSession::DeviceCopy> TimedSession::back_up_kept_inputs() {
+  std::vector<DeviceCopy> backups;
   for (size_t t = 0; t < inputs_.size(); ++t) {
+    backups.emplace_back(nullptr, Release{&backend_});
     const FreshInput& rule = fresh_.at(t);
     if (rule.kind != FreshInput::Kind::keep || rule.row_length <= 0 ||
         inputs_[t].count / rule.row_length < 2) {
       continue;
     }
-    try {
-      backups[t] = backend_.allocate(inputs_[t].bytes());
-    } catch (...) {
-      for (void* b : backups) {
-        if (b) backend_.release(b);
-      }
-      throw;
-    }
-    backend_.copy_on_device(backups[t], inputs_[t].data, inputs_[t].bytes());
+    backups.back().reset(backend_.allocate(inputs_[t].bytes()));
+    backend_.copy_on_device(backups.back().get(), inputs_[t].data, inputs_[t].bytes());
   }
   return backups;
 }
@@ -115,7 +103,7 @@ void TimedSession::prepare_inputs(const Sample& sample) {
   if (kept_changed_) {
     for (size_t t = 0; t < inputs_.size(); ++t) {
       if (kept_backups_[t]) {
-        backend_.copy_on_device(inputs_[t].data, kept_backups_[t], inputs_[t].bytes());
+        backend_.copy_on_device(inputs_[t].data, kept_backups_[t].get(), inputs_[t].bytes());
       }
     }
     kept_changed_ = false;

@@ -48,9 +48,6 @@ class TimedSession {
   // repeatable (see DeviceBackend::make_repeatable).
   TimedSession(DeviceBackend& backend, std::unique_ptr<DeviceTensors> tensors,
                std::function<void()> call, std::vector<FreshInput> fresh);
-  ~TimedSession();
-  TimedSession(const TimedSession&) = delete;
-  TimedSession& operator=(const TimedSession&) = delete;
 
   // Warm-up, then samples until `settings`' stopping rule is met: {"samples": [...], ...}.
   nlohmann::json measure(const BenchSettings& settings, uint64_t seed, const ProbePlan& probes);
@@ -65,9 +62,17 @@ class TimedSession {
     uint64_t trap_seed = 0;  // a trap's changed elements and their values come from this
   };
 
+  // Device memory of the backend's, released with the session.
+  struct Release {
+    DeviceBackend* backend;
+    void operator()(void* p) const { backend->release(p); }
+  };
+  using DeviceCopy = std::unique_ptr<void, Release>;
+
   uint64_t inputs_seed(size_t index) const;
-  // Copies of the kept inputs a trap changes a row of, taken before the first call.
-  std::vector<void*> back_up_kept_inputs();
+  // Copies of the kept inputs a trap changes a row of (per input, or null), taken before the
+  // first call.
+  std::vector<DeviceCopy> back_up_kept_inputs();
   void prepare_inputs(const Sample& sample);
   // Poisoned outputs, then the timed launch; returns milliseconds.
   double launch_timed();
@@ -81,7 +86,7 @@ class TimedSession {
   std::vector<DeviceSpan> inputs_;
   std::vector<DeviceSpan> outputs_;
   std::vector<DeviceSpan> buffers_;             // every tensor: what a cold sample evicts
-  std::vector<void*> kept_backups_;             // per input: its copy, or nullptr
+  std::vector<DeviceCopy> kept_backups_;        // per input: its copy, or null
   bool kept_changed_ = false;                   // a trap changed a kept input since restored
   std::unique_ptr<RepeatableCall> repeatable_;  // made last: it needs the ones above
   uint64_t seed_ = 0;
