@@ -365,8 +365,8 @@ __global__ void __launch_bounds__(BLOCK_THREADS, MIN_BLOCKS)
   }
   // EARLY_PARAMS: every pack's weight and bias now, in flight with x. Otherwise each pack's are
   // loaded just before its y is written, so that only one pack's are held at a time.
-  float early_w[EARLY_PARAMS != 0 ? kRowPacks : 1][kVec];
-  float early_b[EARLY_PARAMS != 0 ? kRowPacks : 1][kVec];
+  [[maybe_unused]] float early_w[EARLY_PARAMS != 0 ? kRowPacks : 1][kVec];
+  [[maybe_unused]] float early_b[EARLY_PARAMS != 0 ? kRowPacks : 1][kVec];
   if constexpr (EARLY_PARAMS != 0) {
 #pragma unroll
     for (int i = 0; i < kRowPacks; ++i) {

@@ -232,6 +232,15 @@ Measurement measure(Checker& checker, WorkerClient& worker, const OpSpec& op, co
   }
 
   if (options.verify) {
+    // A checked sample's inputs come back into `tensors`, a trap's with the kept inputs it
+    // changed: they are put back, so that the next measurement on these tensors (a tune's next
+    // candidate) starts from the op's own.
+    const auto kept = tensors.kept_inputs();
+    struct PutBack {
+      CaseTensors& tensors;
+      const std::vector<std::vector<std::byte>>& kept;
+      ~PutBack() { tensors.restore_kept_inputs(kept); }
+    } put_back{tensors, kept};
     for (const auto& [row, why] : samples_to_check(rows, options.random_checks)) {
       Verdict v = Verdict::ok;
       std::string passed;

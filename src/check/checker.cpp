@@ -286,9 +286,9 @@ bool Checker::check_determinism(const OpSpec& op, const CompileResult& build, co
   }
   if (!record(std::move(result))) return false;
 
-  // The same inputs once more, but for a few scattered elements of the first input and one row
-  // of each kept input copied onto another, in the worker that just ran them: a kernel that
-  // keeps results from an earlier call and recognizes its inputs by a sample of them (or by
+  // The same inputs once more, but for a few scattered elements of the first input and a few
+  // entries of each kept input copied from other rows, in the worker that just ran them: a kernel
+  // that keeps results from an earlier call and recognizes its inputs by a sample of them (or by
   // their addresses) returns the old outputs here, and so does one that reads its own copy of
   // the kept inputs.
   Rng rng(seed, 0x74726170);
@@ -301,7 +301,7 @@ bool Checker::check_determinism(const OpSpec& op, const CompileResult& build, co
   changed = run_prepared(op, build, tensors, expected, changed, 1.0, timeout);
   if (!changed.compare.pass) {
     changed.detail = fmt::format(
-        "after {} elements of input '{}' changed (and a row of each kept input), the outputs "
+        "after {} elements of input '{}' changed (and as many of each kept input), the outputs "
         "are wrong (results or inputs kept from an earlier call?): {}",
         fresh::kTrapElements, tensors.inputs().front().name, changed.detail);
   }

@@ -29,9 +29,10 @@ struct FreshInput {
   int64_t bound = 0;
   int64_t special = 0;
   double special_share = 0.0;
-  // keep only: elements per row (0: the tensor has no rows a trap may change). A trap copies one
-  // row onto another in every kept input that has rows, so that a kernel reading a copy of them
-  // made in an earlier call, or values it derived from them, gives wrong outputs there.
+  // keep only: elements per row (0: the tensor has no rows a trap may change). A trap copies a
+  // few entries of every kept input that has rows from other rows (trap_entry), so that a kernel
+  // reading a copy of them made in an earlier call, or values it derived from them, gives wrong
+  // outputs there.
   int64_t row_length = 0;
 };
 
@@ -81,17 +82,23 @@ KF_HOST_DEVICE inline int64_t trap_element(uint64_t trap_seed, int j, int64_t co
   return index_at(trap_seed, static_cast<uint64_t>(j), count, 0, 0.0);
 }
 
-// The rows of a kept input a trap drawn from `trap_seed` changes: row `to` becomes a copy of row
-// `from`. Needs rows >= 2; the two always differ. Every kept input with `rows` rows gets the
-// same pair, so that tables read together (RoPE's cos and sin) stay consistent.
-struct TrapRows {
-  int64_t from = 0;
+// The j-th of the kTrapElements entries a trap drawn from `trap_seed` changes in a kept input of
+// `rows` rows of `row_length` elements (rows >= 2): element `to` becomes a copy of element `from`,
+// the same column of another row. Every kept input of that shape gets the same entries, so that
+// tables read together (RoPE's cos and sin) stay consistent: each (cos, sin) pair is still a
+// rotation's. The entries are scattered, so that no kernel can tell a trap from a plain sample by
+// reading a few of them (a whole row copied would show in any one column).
+struct TrapEntry {
+  int64_t from = 0;  // element indices
   int64_t to = 0;
 };
-KF_HOST_DEVICE inline TrapRows trap_rows(uint64_t trap_seed, int64_t rows) {
-  const int64_t from = index_at(trap_seed, 0x726f77ull, rows, 0, 0.0);
-  const int64_t step = 1 + index_at(trap_seed, 0x726f78ull, rows - 1, 0, 0.0);
-  return {from, (from + step) % rows};
+KF_HOST_DEVICE inline TrapEntry trap_entry(uint64_t trap_seed, int j, int64_t rows,
+                                           int64_t row_length) {
+  const uint64_t k = 0x726f77ull + 3 * static_cast<uint64_t>(j);
+  const int64_t from_row = index_at(trap_seed, k, rows, 0, 0.0);
+  const int64_t to_row = (from_row + 1 + index_at(trap_seed, k + 1, rows - 1, 0, 0.0)) % rows;
+  const int64_t column = index_at(trap_seed, k + 2, row_length, 0, 0.0);
+  return {from_row * row_length + column, to_row * row_length + column};
 }
 
 // A digest of a buffer is the sum, modulo 2^64, of one term per element: the same whatever the

@@ -87,7 +87,7 @@ class RotaryEmbedding final : public OpSpec {
   }
 
   // cos and sin stay the tables generate() made (a rotation's); x is redrawn every sample. A
-  // trap copies one position's row of both tables onto another's.
+  // trap copies a few (cos, sin) entries of both tables from other positions.
   FreshInput fresh_input(size_t input, const Sizes& sizes) const override {
     if (input == 0) return OpSpec::fresh_input(input, sizes);
     FreshInput rule;

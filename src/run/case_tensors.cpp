@@ -67,10 +67,28 @@ void CaseTensors::apply_trap(uint64_t trap_seed) {
     }
     if (rule.kind == FreshInput::Kind::keep && rule.row_length > 0 &&
         count / rule.row_length >= 2) {
-      const fresh::TrapRows rows = fresh::trap_rows(trap_seed, count / rule.row_length);
-      const size_t row_bytes = static_cast<size_t>(rule.row_length) * dtype_size(t.dtype);
-      std::memmove(t.data + rows.to * row_bytes, t.data + rows.from * row_bytes, row_bytes);
+      const size_t elem = dtype_size(t.dtype);
+      for (int j = 0; j < fresh::kTrapElements; ++j) {
+        const fresh::TrapEntry e =
+            fresh::trap_entry(trap_seed, j, count / rule.row_length, rule.row_length);
+        std::memcpy(t.data + e.to * elem, t.data + e.from * elem, elem);
+      }
     }
+  }
+}
+
+std::vector<std::vector<std::byte>> CaseTensors::kept_inputs() const {
+  std::vector<std::vector<std::byte>> saved(inputs_.size());
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    if (op_.fresh_input(i, sizes_).kind != FreshInput::Kind::keep) continue;
+    saved[i].assign(inputs_[i].data, inputs_[i].data + inputs_[i].bytes());
+  }
+  return saved;
+}
+
+void CaseTensors::restore_kept_inputs(const std::vector<std::vector<std::byte>>& saved) {
+  for (size_t i = 0; i < inputs_.size() && i < saved.size(); ++i) {
+    if (!saved[i].empty()) std::memcpy(inputs_[i].data, saved[i].data(), saved[i].size());
   }
 }
 

@@ -122,10 +122,13 @@ void TimedSession::prepare_inputs(const Sample& sample) {
   for (size_t t = 0; t < inputs_.size(); ++t) {
     if (!kept_backups_[t]) continue;
     const int64_t row_length = fresh_.at(t).row_length;
-    const fresh::TrapRows rows = fresh::trap_rows(sample.trap_seed, inputs_[t].count / row_length);
-    const size_t row_bytes = static_cast<size_t>(row_length) * dtype_size(inputs_[t].dtype);
+    const size_t elem = dtype_size(inputs_[t].dtype);
     auto* base = static_cast<std::byte*>(inputs_[t].data);
-    backend_.copy_on_device(base + rows.to * row_bytes, base + rows.from * row_bytes, row_bytes);
+    for (int j = 0; j < fresh::kTrapElements; ++j) {
+      const fresh::TrapEntry e =
+          fresh::trap_entry(sample.trap_seed, j, inputs_[t].count / row_length, row_length);
+      backend_.copy_on_device(base + e.to * elem, base + e.from * elem, elem);
+    }
     kept_changed_ = true;
   }
 }

@@ -19,6 +19,8 @@
 #include "core/fresh_values.h"
 #include "core/process.h"
 #include "device/backend.h"
+#include "ops/op_spec.h"
+#include "run/case_tensors.h"
 #include "run/sandbox.h"
 #include "test_support.h"
 
@@ -100,6 +102,58 @@ TEST(FreshValues, ARowRedrawnAloneMatchesTheWholeTensorsValues) {
   fill_fresh_host(whole.data(), DType::bf16, 0, 64, rule, 99);
   fill_fresh_host(row.data(), DType::bf16, 16, 32, rule, 99);
   EXPECT_EQ(0, std::memcmp(whole.data() + 32, row.data() + 32, 32));
+}
+
+TEST(FreshValues, TrapEntriesCopyAColumnFromAnotherRow) {
+  for (const int64_t rows : {2, 3, 64}) {
+    for (const int64_t row_length : {1, 32}) {
+      for (uint64_t seed = 0; seed < 200; ++seed) {
+        for (int j = 0; j < fresh::kTrapElements; ++j) {
+          const fresh::TrapEntry e = fresh::trap_entry(fresh::mix(seed), j, rows, row_length);
+          ASSERT_GE(e.from, 0);
+          ASSERT_LT(e.from, rows * row_length);
+          ASSERT_GE(e.to, 0);
+          ASSERT_LT(e.to, rows * row_length);
+          EXPECT_EQ(e.from % row_length, e.to % row_length) << "the same column";
+          EXPECT_NE(e.from / row_length, e.to / row_length) << "another row";
+        }
+      }
+    }
+  }
+}
+
+// On the host, as the worker does on the device: a trap copies a few (cos, sin) entries of RoPE's
+// kept tables from other positions, so every pair is still a rotation's, and the tables come back
+// as they were.
+TEST(FreshValues, ATrapChangesKeptTablesConsistentlyAndTheyComeBack) {
+  const OpSpec* op = find_op("rotary_embedding");
+  ASSERT_NE(op, nullptr);
+  Sizes sizes = {{"batch", 1}, {"heads", 2}, {"seq_len", 64}, {"head_dim", 64}};
+  op->complete_sizes(sizes);
+  CaseTensors tensors(*op, sizes, DType::f32);
+  tensors.generate_inputs(InputKind::normal, 7);
+  const auto kept = tensors.kept_inputs();
+  ASSERT_TRUE(kept[0].empty()) << "x is redrawn, not kept";
+  ASSERT_FALSE(kept[1].empty());
+  ASSERT_FALSE(kept[2].empty());
+  const auto entries = [&](size_t input) {
+    const HostTensor& t = tensors.inputs()[input];
+    return std::vector<float>(reinterpret_cast<const float*>(t.data),
+                              reinterpret_cast<const float*>(t.data) + t.numel());
+  };
+  const std::vector<float> cos_before = entries(1), sin_before = entries(2);
+  tensors.apply_trap(12345);
+  const std::vector<float> cos_after = entries(1), sin_after = entries(2);
+  int changed = 0;
+  for (size_t i = 0; i < cos_after.size(); ++i) {
+    if (cos_after[i] != cos_before[i] || sin_after[i] != sin_before[i]) ++changed;
+    EXPECT_NEAR(cos_after[i] * cos_after[i] + sin_after[i] * sin_after[i], 1.0, 1e-6) << i;
+  }
+  EXPECT_GT(changed, 0);
+  EXPECT_LE(changed, fresh::kTrapElements);
+  tensors.restore_kept_inputs(kept);
+  EXPECT_EQ(entries(1), cos_before);
+  EXPECT_EQ(entries(2), sin_before);
 }
 
 TEST(Digest, SeesEveryElementAndCountsPoison) {

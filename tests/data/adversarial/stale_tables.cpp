@@ -6,9 +6,10 @@
 // Adversarial: converts RoPE's cos and sin tables once and keeps the converted copy for as long
 // as it is called with the same table addresses and shape. kforge does not redraw the tables
 // between timed samples (they are a rotation's), so every plain sample is right and skips the
-// conversion; a trap copies one position's row of both tables onto another's, and this kernel
-// still rotates that position by its old angles. The check's trap catches it only when its
-// tensors land where the call before it had them (the allocator decides).
+// conversion; a trap copies a few (cos, sin) entries of both tables from other positions, and
+// this kernel still rotates those pairs by their old angles. The check's trap catches it only
+// when its tensors land where the call before it had them (the allocator decides).
+//
 // expect: check=OK|WRONG bench=WRONG tune=loses
 #include <cstdint>
 #include <new>
