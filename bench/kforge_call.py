@@ -200,15 +200,20 @@ class Timer:
         self.host_us = max(host_us[1:])
         self.spin_us = max(self.min_spin_us, self.host_margin * self.host_us)
 
+    def cold(self):
+        """The call's tensors out of L2: their lines demoted to normal priority (lines a kernel
+        loaded evict_last outlast any flush otherwise), then the flush."""
+        self.demote(self.cold_tensors)
+        self.flush()
+
     def _before_call(self):
-        """What precedes every timed call: fresh inputs (with `redraw`), their lines demoted, the
-        flush, and a spin that keeps the GPU busy while the host issues the call, so that the timed region holds
+        """What precedes every timed call: fresh inputs (with `redraw`), cold(), and a spin that
+        keeps the GPU busy while the host issues the call, so that the timed region holds
         GPU work only: without it, a call whose host side (Python wrapper, guards, launch)
         outlasts the flush leaves the GPU idle inside the region."""
         if self.redraw:
             self.redraw()
-        self.demote(self.cold_tensors)
-        self.flush()
+        self.cold()
         self.torch.cuda._sleep(int(self.spin_us * self.spin_cycles_per_us))
 
     def time_us(self, fn):
