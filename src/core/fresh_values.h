@@ -88,6 +88,14 @@ KF_HOST_DEVICE inline int64_t trap_element(uint64_t trap_seed, int j, int64_t co
 // tables read together (RoPE's cos and sin) stay consistent: each (cos, sin) pair is still a
 // rotation's. The entries are scattered, so that no kernel can tell a trap from a plain sample by
 // reading a few of them (a whole row copied would show in any one column).
+// How many rows of a kept input a trap changes entries of: count / row_length for a kept input
+// of two rows or more; 0 for any other input (no entry of it changes).
+inline int64_t trap_rows(const FreshInput& rule, int64_t count) {
+  if (rule.kind != FreshInput::Kind::keep || rule.row_length <= 0) return 0;
+  const int64_t rows = count / rule.row_length;
+  return rows >= 2 ? rows : 0;
+}
+
 struct TrapEntry {
   int64_t from = 0;  // element indices
   int64_t to = 0;

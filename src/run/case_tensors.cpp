@@ -65,12 +65,10 @@ void CaseTensors::apply_trap(uint64_t trap_seed) {
         fill_fresh_host(t.data, t.dtype, e, e + 1, rule, fresh::mix(trap_seed + 1));
       }
     }
-    if (rule.kind == FreshInput::Kind::keep && rule.row_length > 0 &&
-        count / rule.row_length >= 2) {
+    if (const int64_t rows = fresh::trap_rows(rule, count); rows > 0) {
       const size_t elem = dtype_size(t.dtype);
       for (int j = 0; j < fresh::kTrapElements; ++j) {
-        const fresh::TrapEntry e =
-            fresh::trap_entry(trap_seed, j, count / rule.row_length, rule.row_length);
+        const fresh::TrapEntry e = fresh::trap_entry(trap_seed, j, rows, rule.row_length);
         std::memcpy(t.data + e.to * elem, t.data + e.from * elem, elem);
       }
     }
@@ -80,7 +78,7 @@ void CaseTensors::apply_trap(uint64_t trap_seed) {
 std::vector<std::vector<std::byte>> CaseTensors::kept_inputs() const {
   std::vector<std::vector<std::byte>> saved(inputs_.size());
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    if (op_.fresh_input(i, sizes_).kind != FreshInput::Kind::keep) continue;
+    if (fresh::trap_rows(op_.fresh_input(i, sizes_), inputs_[i].numel()) == 0) continue;
     saved[i].assign(inputs_[i].data, inputs_[i].data + inputs_[i].bytes());
   }
   return saved;

@@ -33,8 +33,8 @@ class CaseTensors {
   // its inputs: the kTrapElements scattered elements of the first input it picks are redrawn, and
   // in every kept input with rows as many entries become copies of entries of other rows.
   void apply_trap(uint64_t trap_seed);
-  // The inputs the op keeps between samples (FreshInput::Kind::keep) as bytes, empty for the
-  // others; and putting them back. A replayed trap leaves the kept inputs it changed here.
+  // The kept inputs a trap changes entries of (fresh::trap_rows) as bytes, empty for the others;
+  // and putting them back. A replayed trap leaves the kept inputs it changed here.
   std::vector<std::vector<std::byte>> kept_inputs() const;
   void restore_kept_inputs(const std::vector<std::vector<std::byte>>& saved);
   // Sets every bit of every output (a NaN in the floating types): an element a kernel does not

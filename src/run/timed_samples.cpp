@@ -82,11 +82,7 @@ std::vector<TimedSession::DeviceCopy> TimedSession::back_up_kept_inputs() {
   std::vector<DeviceCopy> backups;
   for (size_t t = 0; t < inputs_.size(); ++t) {
     backups.emplace_back(nullptr, Release{&backend_});
-    const FreshInput& rule = fresh_.at(t);
-    if (rule.kind != FreshInput::Kind::keep || rule.row_length <= 0 ||
-        inputs_[t].count / rule.row_length < 2) {
-      continue;
-    }
+    if (fresh::trap_rows(fresh_.at(t), inputs_[t].count) == 0) continue;
     backups.back().reset(backend_.allocate(inputs_[t].bytes()));
     backend_.copy_on_device(backups.back().get(), inputs_[t].data, inputs_[t].bytes());
   }
@@ -121,12 +117,12 @@ void TimedSession::prepare_inputs(const Sample& sample) {
   }
   for (size_t t = 0; t < inputs_.size(); ++t) {
     if (!kept_backups_[t]) continue;
-    const int64_t row_length = fresh_.at(t).row_length;
+    const int64_t rows = fresh::trap_rows(fresh_.at(t), inputs_[t].count);
     const size_t elem = dtype_size(inputs_[t].dtype);
     auto* base = static_cast<std::byte*>(inputs_[t].data);
     for (int j = 0; j < fresh::kTrapElements; ++j) {
       const fresh::TrapEntry e =
-          fresh::trap_entry(sample.trap_seed, j, inputs_[t].count / row_length, row_length);
+          fresh::trap_entry(sample.trap_seed, j, rows, fresh_.at(t).row_length);
       backend_.copy_on_device(base + e.to * elem, base + e.from * elem, elem);
     }
     kept_changed_ = true;

@@ -70,7 +70,7 @@ class TimedSession {
   using DeviceCopy = std::unique_ptr<void, Release>;
 
   uint64_t inputs_seed(size_t index) const;
-  // Copies of the kept inputs a trap changes a row of (per input, or null), taken before the
+  // Copies of the kept inputs a trap changes entries of (per input, or null), taken before the
   // first call.
   std::vector<DeviceCopy> back_up_kept_inputs();
   void prepare_inputs(const Sample& sample);

@@ -150,8 +150,8 @@ TEST(L2Policy, PersistingWindowGainsNothing) {
 // 1x1x32768x128 the tables are a third of the call's traffic. On an H100 the evict_last copy ran
 // at 0.90 of the plain time with kforge's reset taken out, 0.98-0.99 with it. The control reads
 // the same copy with plain loads, so the policy is judged alone against it. Both copies are made
-// by the call before the timed ones, so the trap (a row of each table copied onto another) finds
-// them stale: WRONG, though their samples were timed.
+// by the call before the timed ones, so the trap (entries of each table copied from other rows)
+// finds them stale: WRONG, though their samples were timed.
 TEST(L2Policy, PrivateCopyGainsNothing) {
   if (list_cuda_devices().empty()) GTEST_SKIP() << "no CUDA device";
   const std::string file = test::test_data_dir() + "/adversarial/private_table_copy.cu";
