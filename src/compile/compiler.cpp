@@ -366,11 +366,14 @@ CompileResult Compiler::compile(const KernelFile& file, const Variant& variant) 
   result.command = fmt::format("{}", fmt::join(cmd, " "));
 
   const auto start = std::chrono::steady_clock::now();
-  const CommandResult run = run_command(cmd, std::chrono::minutes(5));
+  const CommandResult run = run_command(cmd, options_.time_limit);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.log = run.output;
   if (!run.ok()) {
-    if (run.timed_out) result.log += "\n[kforge] compiler timed out after 5 minutes";
+    if (run.timed_out) {
+      result.log +=
+          fmt::format("\n[kforge] compiler timed out after {} s", options_.time_limit.count());
+    }
     fs::remove_all(staging);
     return result;
   }

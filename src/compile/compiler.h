@@ -5,6 +5,7 @@
 // never leaves a half-written module that a later run would trust.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -57,6 +58,7 @@ struct CompilerOptions {
   std::string nvcc = "";            // default: $KFORGE_NVCC, nvcc on PATH, /usr/local/cuda/bin/nvcc
   std::string cxx = "";             // default: $CXX or c++
   bool keep_intermediates = false;  // also keep PTX, cubin and SASS beside the module
+  std::chrono::seconds time_limit{300};  // one compile's wall-clock limit
 };
 
 std::filesystem::path default_cache_dir();
