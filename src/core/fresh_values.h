@@ -82,12 +82,6 @@ KF_HOST_DEVICE inline int64_t trap_element(uint64_t trap_seed, int j, int64_t co
   return index_at(trap_seed, static_cast<uint64_t>(j), count, 0, 0.0);
 }
 
-// The j-th of the kTrapElements entries a trap drawn from `trap_seed` changes in a kept input of
-// `rows` rows of `row_length` elements (rows >= 2): element `to` becomes a copy of element `from`,
-// the same column of another row. Every kept input of that shape gets the same entries, so that
-// tables read together (RoPE's cos and sin) stay consistent: each (cos, sin) pair is still a
-// rotation's. The entries are scattered, so that no kernel can tell a trap from a plain sample by
-// reading a few of them (a whole row copied would show in any one column).
 // How many rows of a kept input a trap changes entries of: count / row_length for a kept input
 // of two rows or more; 0 for any other input (no entry of it changes).
 inline int64_t trap_rows(const FreshInput& rule, int64_t count) {
@@ -96,6 +90,12 @@ inline int64_t trap_rows(const FreshInput& rule, int64_t count) {
   return rows >= 2 ? rows : 0;
 }
 
+// The j-th of the kTrapElements entries a trap drawn from `trap_seed` changes in a kept input of
+// `rows` rows of `row_length` elements (rows >= 2): element `to` becomes a copy of element `from`,
+// the same column of another row. Every kept input of that shape gets the same entries, so that
+// tables read together (RoPE's cos and sin) stay consistent: each (cos, sin) pair is still a
+// rotation's. The entries are scattered, so that no kernel can tell a trap from a plain sample by
+// reading a few of them (a whole row copied would show in any one column).
 struct TrapEntry {
   int64_t from = 0;  // element indices
   int64_t to = 0;
