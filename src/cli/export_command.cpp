@@ -223,21 +223,31 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
   }
   LoopKernelStage stage;
   if (!flags.workspace.empty()) add_loop_overrides(flags.workspace, info, stage, request);
-  // Ops a plan or a workspace brought that the target cannot carry are left to the model's own
+  // Ops that `all`, a plan or a workspace brought but the target cannot carry, or whose calls
+  // cannot be dispatched on their tensors (attention's causal flag), are left to the model's own
   // op, and said; an op named on the command line must be carried.
   std::erase_if(request.ops, [&](const OpSpec* op) {
-    if (target->serves(*op)) return false;
     const bool named = std::any_of(flags.ops.begin(), flags.ops.end(), [&](const std::string& s) {
       const auto ops = ops_named(s);
       return std::find(ops.begin(), ops.end(), op) != ops.end();
     });
-    if (named)
-      throw UsageError(fmt::format("the {} target has no op {} yet", target->name(), op->name()));
-    progress_line(
-        fmt::format("{}: not exported (the {} target has no such op yet; the model's "
-                    "own op runs there)",
-                    op->name(), target->name()));
-    return true;
+    if (!target->serves(*op)) {
+      if (named)
+        throw UsageError(fmt::format("the {} target has no op {} yet", target->name(), op->name()));
+      progress_line(
+          fmt::format("{}: not exported (the {} target has no such op yet; the model's "
+                      "own op runs there)",
+                      op->name(), target->name()));
+      return true;
+    }
+    if (!named && !dispatchable(*op)) {
+      progress_line(fmt::format(
+          "{}: not exported (a call's tensors do not say which variant to run; the model's "
+          "own op runs there)",
+          op->name()));
+      return true;
+    }
+    return false;
   });
   if (request.ops.empty()) throw UsageError("nothing to export: no op named or found in the plan");
 
@@ -251,6 +261,7 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
   ExportContext context;
   context.run = run_metadata(argv);
   context.include_dir = default_include_dir();
+  context.cutlass_include_dir = default_cutlass_include_dir();
   const auto written = target->write(plan, context, flags.out);
 
   fmt::print("{:<22} {:<6} {:<20} {:<28} {}\n", "op", "dtype", "size", "variant", "choice");

@@ -177,6 +177,7 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
           v.variant = variant;
           v.choice = reason;
           v.tuned_us = choice.tuned_median_us;
+          v.uses_cutlass = file.uses("cutlass");
           out.variants.push_back(std::move(v));
           same = out.variants.end() - 1;
         }

@@ -43,6 +43,7 @@ struct ExportVariant {
   Variant variant;                 // tunables and derived values, dtype, arch: what kforge compiles
   std::string choice;              // LibraryChoice::describe() at the first size that chose it
   std::optional<double> tuned_us;  // its tuned time at that size, when it came from a table
+  bool uses_cutlass = false;       // its file `uses: cutlass` (built with CUTLASS's headers)
 };
 
 // A size the dispatch covers and the variant it runs.

@@ -18,6 +18,9 @@ namespace kforge {
 struct ExportContext {
   nlohmann::json run;                 // run_metadata(): git SHA, date, command line
   std::filesystem::path include_dir;  // include/ (kforge/kernel.h and the kernels' headers)
+  // CUTLASS's include/ as kforge compiles with it (default_cutlass_include_dir()); empty when
+  // not installed. A target whose user builds CUTLASS variants names it as the default.
+  std::filesystem::path cutlass_include_dir;
 };
 
 class ExportTarget {

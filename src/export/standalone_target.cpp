@@ -25,6 +25,32 @@ std::string cmake_architecture(const std::string& arch) {
   return arch.substr(3);
 }
 
+// The CMake lines that build the variants on CUTLASS as kforge's compiler does (its headers,
+// --expt-relaxed-constexpr, NDEBUG), for those sources alone; empty when no variant uses it.
+std::string cutlass_cmake(const ExportPlan& plan, const ExportContext& context) {
+  std::string sources;
+  for (const ExportOp& op : plan.ops) {
+    for (const ExportVariant& v : op.variants) {
+      if (v.uses_cutlass)
+        sources += fmt::format("    ${{KFORGE_EXPORT_DIR}}/variants/{}.cu\n", v.symbol);
+    }
+  }
+  if (sources.empty()) return "";
+  return fmt::format(
+      "# Some variants are built on CUTLASS/CuTe (headers only): KFORGE_CUTLASS_INCLUDE is its\n"
+      "# include/ folder, e.g. cutlass_library/source/include of `pip install nvidia-cutlass`.\n"
+      "set(KFORGE_CUTLASS_INCLUDE \"{}\" CACHE PATH\n"
+      "  \"CUTLASS's include/ folder (cutlass/, cute/) for the export's CUTLASS variants\")\n"
+      "if(NOT EXISTS \"${{KFORGE_CUTLASS_INCLUDE}}/cute/tensor.hpp\")\n"
+      "  message(FATAL_ERROR \"kforge export: CUTLASS's headers are not in \"\n"
+      "    \"'${{KFORGE_CUTLASS_INCLUDE}}': pass -DKFORGE_CUTLASS_INCLUDE=<CUTLASS>/include\")\n"
+      "endif()\n"
+      "set_source_files_properties(\n{}"
+      "  PROPERTIES INCLUDE_DIRECTORIES \"${{KFORGE_CUTLASS_INCLUDE}}\"\n"
+      "  COMPILE_OPTIONS \"--expt-relaxed-constexpr;-DNDEBUG\")\n",
+      context.cutlass_include_dir.generic_string(), sources);
+}
+
 std::string cmake_file(const ExportPlan& plan, const ExportContext& context) {
   std::string sources = "    ${KFORGE_EXPORT_DIR}/src/kforge_dispatch.c\n";
   for (const ExportOp& op : plan.ops) {
@@ -45,9 +71,10 @@ std::string cmake_file(const ExportPlan& plan, const ExportContext& context) {
       "# The kernels are C++20; CMake does not know every nvcc's C++20 flag, so it is given.\n"
       "target_compile_options(kforge_export PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 -O3>)\n"
       "target_link_libraries(kforge_export PUBLIC CUDA::cudart)\n"
+      "{}"
       "set(KFORGE_EXPORT_ARCHITECTURES {})\n",
       export_provenance(plan, context), plan.arch, sources, cmake_architecture(plan.arch),
-      cmake_architecture(plan.arch));
+      cutlass_cmake(plan, context), cmake_architecture(plan.arch));
 }
 
 std::string example_cmake() {
@@ -277,10 +304,16 @@ std::string readme(const ExportPlan& plan, const ExportContext& context) {
       "In your own CMake project with CUDA enabled: `include(path/to/kforge_export.cmake)` and\n"
       "link `kforge_export`; call `kforge_<op>(const kf_args*)` from `kforge_export.h`. A call\n"
       "whose dtype or sizes are not listed below returns `KF_ERR_UNSUPPORTED` and launches\n"
-      "nothing: run your own op then.\n\n"
+      "nothing: run your own op then.\n\n{}"
       "| op | dtype | sizes | variant | kernel file | kforge's choice |\n"
       "|---|---|---|---|---|---|\n{}",
-      export_provenance(plan, context), rows);
+      export_provenance(plan, context),
+      cutlass_cmake(plan, context).empty()
+          ? ""
+          : "Some variants are built on CUTLASS's headers: CMake takes them from "
+            "`KFORGE_CUTLASS_INCLUDE`\n(default: where kforge found them at export; "
+            "`-DKFORGE_CUTLASS_INCLUDE=<CUTLASS>/include` to change).\n\n",
+      rows);
 }
 
 class StandaloneTarget final : public ExportTarget {

@@ -22,6 +22,7 @@
 #include "profile/planner.h"
 #include "test_support.h"
 #include "tune/library.h"
+#include "tune/results_db.h"
 
 namespace kforge {
 namespace {
@@ -273,6 +274,57 @@ TEST(StandaloneExport, BuildsWithCMake) {
   EXPECT_EQ(manifest.at("ops").at(0).at("rows").size(), plan.ops.at(0).rows.size());
 }
 
+// A CUTLASS variant's source is built as kforge's compiler builds it: with CUTLASS's headers
+// (KFORGE_CUTLASS_INCLUDE, defaulting to where kforge found them), --expt-relaxed-constexpr and
+// NDEBUG; the other variants without them; a folder without the headers stops CMake with the fix.
+TEST(StandaloneExport, CutlassVariantsGetItsHeadersAndFlags) {
+  if (!run_command({"sh", "-c", "command -v nvcc && command -v cmake && command -v ninja"}).ok())
+    GTEST_SKIP() << "nvcc, cmake or ninja not found";
+  ExportContext with_cutlass = context();
+  with_cutlass.cutlass_include_dir = default_cutlass_include_dir();
+  if (with_cutlass.cutlass_include_dir.empty()) GTEST_SKIP() << "CUTLASS's headers not installed";
+  const ExportPlan plan = plan_for({"rmsnorm", "matmul"});
+  const fs::path dir = test::temp_dir("export-cutlass");
+  const fs::path out = dir / "export";
+  find_export_target("standalone")->write(plan, with_cutlass, out);
+
+  const auto configure = [&](const std::string& build, std::vector<std::string> extra) {
+    std::vector<std::string> cmd = {"cmake",
+                                    "-S",
+                                    out.string(),
+                                    "-B",
+                                    (dir / build).string(),
+                                    "-G",
+                                    "Ninja",
+                                    "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"};
+    cmd.insert(cmd.end(), extra.begin(), extra.end());
+    return run_command(cmd, std::chrono::minutes(5));
+  };
+  const CommandResult missing =
+      configure("build-missing", {"-DKFORGE_CUTLASS_INCLUDE=" + dir.string()});
+  EXPECT_FALSE(missing.ok());
+  EXPECT_NE(missing.output.find("CUTLASS's headers are not in"), std::string::npos)
+      << missing.output;
+
+  const CommandResult configured = configure("build", {});
+  ASSERT_TRUE(configured.ok()) << configured.output;
+  int cutlass_variants = 0, plain_variants = 0;
+  for (const nlohmann::json& entry : read_json_file(dir / "build" / "compile_commands.json")) {
+    const std::string file = entry.at("file").get<std::string>();
+    const std::string command = entry.at("command").get<std::string>();
+    if (file.find("/variants/") == std::string::npos) continue;
+    const bool cutlass = file.find("kforge_matmul_") != std::string::npos;
+    (cutlass ? cutlass_variants : plain_variants)++;
+    for (const std::string flag :
+         {"-I" + with_cutlass.cutlass_include_dir.generic_string(),
+          std::string("--expt-relaxed-constexpr"), std::string("-DNDEBUG")}) {
+      EXPECT_EQ(command.find(flag) != std::string::npos, cutlass) << flag << " in " << command;
+    }
+  }
+  EXPECT_GT(cutlass_variants, 0);
+  EXPECT_GT(plain_variants, 0);
+}
+
 // `kforge patch --export DIR -- PROGRAM`: the program runs unchanged (its output, its exit
 // status), a sitecustomize it had on PYTHONPATH still runs, and the patching is set up in its first
 // Python process only. Without PyTorch (CI) the program runs unpatched and says so; with it, the
@@ -485,6 +537,34 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
                    ceilings, "--out", (dir / "named").string()});
   EXPECT_FALSE(named.ok());
   EXPECT_NE(named.output.find("the torch target has no op matmul yet"), std::string::npos)
+      << named.output;
+}
+
+// `kforge export all`: every op with a table for the device that the target can dispatch; an op
+// whose calls do not say which variant to run (attention's causal flag is no tensor dimension)
+// is left out and said, and refused when named.
+TEST(ExportCli, AllLeavesOutOpsItCannotDispatch) {
+  const fs::path dir = test::temp_dir("export-all");
+  const std::string ceilings =
+      (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string();
+  const DeviceInfo h100 = recorded_h100();
+  ASSERT_TRUE(find_tuned_table("flash_attention", DType::bf16, device_key(h100)).has_value())
+      << "the test needs an op with a table that cannot be dispatched";
+  ASSERT_FALSE(dispatchable(*find_op("flash_attention")));
+  const CommandResult all = run_command({test::kforge_binary(), "export", "all", "--ceilings",
+                                         ceilings, "--out", (dir / "all").string()});
+  ASSERT_TRUE(all.ok()) << all.output;
+  EXPECT_NE(all.output.find("flash_attention: not exported (a call's tensors do not say"),
+            std::string::npos)
+      << all.output;
+  EXPECT_NE(all.output.find("\nrmsnorm "), std::string::npos) << all.output;
+  EXPECT_EQ(all.output.find("\nflash_attention "), std::string::npos) << all.output;
+
+  const CommandResult named =
+      run_command({test::kforge_binary(), "export", "flash_attention", "--ceilings", ceilings,
+                   "--out", (dir / "named").string()});
+  EXPECT_FALSE(named.ok());
+  EXPECT_NE(named.output.find("flash_attention cannot be exported yet"), std::string::npos)
       << named.output;
 }
 
