@@ -25,6 +25,17 @@ std::string cmake_architecture(const std::string& arch) {
   return arch.substr(3);
 }
 
+// `text` as the inside of a CMake quoted argument: its escapes and variable references taken
+// literally.
+std::string cmake_quoted(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '\\' || c == '"' || c == '$') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 // The CMake lines that build the variants on CUTLASS as kforge's compiler does (its headers,
 // --expt-relaxed-constexpr, NDEBUG), for those sources alone; empty when no variant uses it.
 std::string cutlass_cmake(const ExportPlan& plan, const ExportContext& context) {
@@ -48,7 +59,7 @@ std::string cutlass_cmake(const ExportPlan& plan, const ExportContext& context) 
       "set_source_files_properties(\n{}"
       "  PROPERTIES INCLUDE_DIRECTORIES \"${{KFORGE_CUTLASS_INCLUDE}}\"\n"
       "  COMPILE_OPTIONS \"--expt-relaxed-constexpr;-DNDEBUG\")\n",
-      context.cutlass_include_dir.generic_string(), sources);
+      cmake_quoted(context.cutlass_include_dir.generic_string()), sources);
 }
 
 std::string cmake_file(const ExportPlan& plan, const ExportContext& context) {

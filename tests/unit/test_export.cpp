@@ -280,11 +280,14 @@ TEST(StandaloneExport, BuildsWithCMake) {
 TEST(StandaloneExport, CutlassVariantsGetItsHeadersAndFlags) {
   if (!run_command({"sh", "-c", "command -v nvcc && command -v cmake && command -v ninja"}).ok())
     GTEST_SKIP() << "nvcc, cmake or ninja not found";
-  ExportContext with_cutlass = context();
-  with_cutlass.cutlass_include_dir = default_cutlass_include_dir();
-  if (with_cutlass.cutlass_include_dir.empty()) GTEST_SKIP() << "CUTLASS's headers not installed";
-  const ExportPlan plan = plan_for({"rmsnorm", "matmul"});
+  const fs::path headers = default_cutlass_include_dir();
+  if (headers.empty()) GTEST_SKIP() << "CUTLASS's headers not installed";
   const fs::path dir = test::temp_dir("export-cutlass");
+  // Reached through a name CMake would otherwise read as a variable reference.
+  ExportContext with_cutlass = context();
+  with_cutlass.cutlass_include_dir = dir / "cutlass ${HOME}";
+  fs::create_directory_symlink(headers, with_cutlass.cutlass_include_dir);
+  const ExportPlan plan = plan_for({"rmsnorm", "matmul"});
   const fs::path out = dir / "export";
   find_export_target("standalone")->write(plan, with_cutlass, out);
 
@@ -308,6 +311,11 @@ TEST(StandaloneExport, CutlassVariantsGetItsHeadersAndFlags) {
 
   const CommandResult configured = configure("build", {});
   ASSERT_TRUE(configured.ok()) << configured.output;
+  EXPECT_NE(test::read_text(dir / "build" / "CMakeCache.txt")
+                .find("KFORGE_CUTLASS_INCLUDE:PATH=" +
+                      with_cutlass.cutlass_include_dir.generic_string() + "\n"),
+            std::string::npos)
+      << "the folder's name taken literally";
   int cutlass_variants = 0, plain_variants = 0;
   for (const nlohmann::json& entry : read_json_file(dir / "build" / "compile_commands.json")) {
     const std::string file = entry.at("file").get<std::string>();
@@ -316,8 +324,8 @@ TEST(StandaloneExport, CutlassVariantsGetItsHeadersAndFlags) {
     const bool cutlass = file.find("kforge_matmul_") != std::string::npos;
     (cutlass ? cutlass_variants : plain_variants)++;
     for (const std::string flag :
-         {"-I" + with_cutlass.cutlass_include_dir.generic_string(),
-          std::string("--expt-relaxed-constexpr"), std::string("-DNDEBUG")}) {
+         {"-I\"" + (dir / "cutlass ").generic_string(), std::string("--expt-relaxed-constexpr"),
+          std::string("-DNDEBUG")}) {
       EXPECT_EQ(command.find(flag) != std::string::npos, cutlass) << flag << " in " << command;
     }
   }
