@@ -112,7 +112,8 @@
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
 // A named namespace: `using namespace cute` inside an anonymous one makes its name ambiguous
-// with CuTe's own anonymous namespace in nvcc's generated host stubs.
+// with CuTe's own anonymous namespace in nvcc's generated host stubs. Its functions are static
+// instead: a standalone export links several variants of this file into one library.
 namespace kf_attention_wgmma {
 
 using namespace cute;
@@ -287,7 +288,7 @@ __device__ __forceinline__ void locate_tile(int tile, int m_blocks, int heads, i
 }
 
 template <int kDim>
-__global__ void __launch_bounds__(kThreads, 1)
+static __global__ void __launch_bounds__(kThreads, 1)
     flash_attention_wgmma(const __grid_constant__ typename Tiles<kDim>::Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tiles<kDim>;
@@ -604,7 +605,7 @@ constexpr int kPlainWarps = 4;
 
 // One warp per query row: lane l holds dimensions l, l + 32, l + 64 and l + 96 of q and of the
 // output; each score is a warp-wide sum. An online softmax over the keys in fp32.
-__global__ void __launch_bounds__(32 * kPlainWarps)
+static __global__ void __launch_bounds__(32 * kPlainWarps)
     plain_attention(const kf_elem* __restrict__ q, const kf_elem* __restrict__ k,
                     const kf_elem* __restrict__ v, kf_elem* __restrict__ o, int seq_len,
                     int head_dim, int group, float scale_log2, bool causal) {
@@ -650,7 +651,7 @@ __global__ void __launch_bounds__(32 * kPlainWarps)
   }
 }
 
-int run_plain(const kf_attention::Problem& p) {
+static int run_plain(const kf_attention::Problem& p) {
   const dim3 grid(unsigned((p.seq_len + kPlainWarps - 1) / kPlainWarps), unsigned(p.heads));
   plain_attention<<<grid, 32 * kPlainWarps, 0, p.stream>>>(
       p.q, p.k, p.v, p.o, int(p.seq_len), int(p.head_dim), int(p.group), p.scale_log2, p.causal);
@@ -660,7 +661,7 @@ int run_plain(const kf_attention::Problem& p) {
 // ---- host side ---------------------------------------------------------------------------------
 
 template <int kDim>
-int run_wgmma(const kf_attention::Problem& p) {
+static int run_wgmma(const kf_attention::Problem& p) {
   using T = Tiles<kDim>;
   const int seq_len = int(p.seq_len), head_dim = int(p.head_dim);
   const int heads = int(p.heads), kv_heads = int(p.heads / p.group);

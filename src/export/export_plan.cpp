@@ -1,6 +1,7 @@
 #include "export/export_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
@@ -13,30 +14,43 @@
 
 namespace kforge {
 
-std::vector<DispatchDim> dispatch_key(const OpSpec& op) {
-  // Sizes with defaults (attention's causal flag) are passed as scalars, not shapes, so rows
-  // that differ only in them could not be told apart.
-  if (const Sizes named = op.named_size_defaults(); !named.empty()) {
-    throw UsageError(
-        fmt::format("{} cannot be exported yet: its size {} is no tensor dimension, "
-                    "so a call's tensors do not say which variant to run",
-                    op.name(), named.begin()->first));
+namespace {
+
+// `size` as the first input tensor's dimension that has its name, if any does.
+std::optional<DispatchDim> input_dimension(const OpSpec& op, const std::string& size) {
+  int input = 0;
+  for (const TensorSpec& t : op.tensors()) {
+    if (t.is_output) break;
+    const auto dim = std::find(t.dims.begin(), t.dims.end(), size);
+    if (dim != t.dims.end()) {
+      return DispatchDim{size, input, static_cast<int>(dim - t.dims.begin()),
+                         static_cast<int>(t.dims.size())};
+    }
+    ++input;
   }
-  const std::vector<TensorSpec> tensors = op.tensors();
+  return std::nullopt;
+}
+
+// `size` as the scalar of the same name, if the op passes one.
+std::optional<DispatchDim> scalar_of(const OpSpec& op, const std::string& size) {
+  const std::vector<ScalarSpec> scalars = op.scalars();
+  for (size_t i = 0; i < scalars.size(); ++i) {
+    if (scalars[i].name == size) {
+      DispatchDim d;
+      d.size = size;
+      d.scalar = static_cast<int>(i);
+      return d;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<DispatchDim> dispatch_key(const OpSpec& op) {
   std::vector<DispatchDim> key;
   for (const std::string& size : op.size_names()) {
-    std::optional<DispatchDim> found;
-    int input = 0;
-    for (const TensorSpec& t : tensors) {
-      if (t.is_output) break;
-      const auto dim = std::find(t.dims.begin(), t.dims.end(), size);
-      if (dim != t.dims.end()) {
-        found = DispatchDim{size, input, static_cast<int>(dim - t.dims.begin()),
-                            static_cast<int>(t.dims.size())};
-        break;
-      }
-      ++input;
-    }
+    const std::optional<DispatchDim> found = input_dimension(op, size);
     if (!found) {
       throw UsageError(
           fmt::format("{} cannot be exported: its size {} is no input's dimension, "
@@ -44,6 +58,13 @@ std::vector<DispatchDim> dispatch_key(const OpSpec& op) {
                       op.name(), size));
     }
     key.push_back(*found);
+  }
+  for (const auto& [size, fallback] : op.named_size_defaults()) {
+    if (auto found = input_dimension(op, size)) {
+      key.push_back(*found);
+    } else if (auto scalar = scalar_of(op, size)) {
+      key.push_back(*scalar);
+    }
   }
   return key;
 }
@@ -58,9 +79,15 @@ bool dispatchable(const OpSpec& op) {
 }
 
 std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
-                                    const std::vector<std::vector<int64_t>>& shapes) {
+                                    const std::vector<std::vector<int64_t>>& shapes,
+                                    const std::vector<double>& scalars) {
   Sizes sizes;
   for (const DispatchDim& d : key) {
+    if (d.scalar >= 0) {
+      if (d.scalar >= static_cast<int>(scalars.size())) return std::nullopt;
+      sizes[d.size] = std::llround(scalars[d.scalar]);
+      continue;
+    }
     if (d.input >= static_cast<int>(shapes.size())) return std::nullopt;
     const std::vector<int64_t>& shape = shapes[d.input];
     const int ndim = static_cast<int>(shape.size());
@@ -80,12 +107,28 @@ std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
 
 namespace {
 
-// The key's sizes out of a completed problem (which may also hold derived sizes).
-Sizes key_sizes(const std::vector<DispatchDim>& key, const Sizes& sizes) {
+// The key's sizes out of a completed problem (which may also hold derived sizes); a named size
+// the problem leaves out has its default.
+Sizes key_sizes(const OpSpec& op, const std::vector<DispatchDim>& key, const Sizes& sizes) {
+  const Sizes defaults = op.named_size_defaults();
   Sizes out;
-  for (const DispatchDim& d : key)
-    out[d.size] = sizes.at(d.size);
+  for (const DispatchDim& d : key) {
+    const auto it = sizes.find(d.size);
+    out[d.size] = it != sizes.end() ? it->second : defaults.at(d.size);
+  }
   return out;
+}
+
+// Whether `sizes` holds a named size outside the key at other than its default (a table row
+// at a scale the key cannot tell apart).
+bool off_key_default(const OpSpec& op, const std::vector<DispatchDim>& key, const Sizes& sizes) {
+  for (const auto& [size, fallback] : op.named_size_defaults()) {
+    const bool in_key =
+        std::any_of(key.begin(), key.end(), [&](const DispatchDim& d) { return d.size == size; });
+    const auto it = sizes.find(size);
+    if (!in_key && it != sizes.end() && it->second != fallback) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -118,7 +161,7 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
       const auto add = [&](Sizes s, const std::string& source) {
         op->complete_sizes(s);
         const bool seen = std::any_of(sizes.begin(), sizes.end(), [&](const auto& known) {
-          return key_sizes(key, known.first) == key_sizes(key, s);
+          return key_sizes(*op, key, known.first) == key_sizes(*op, key, s);
         });
         if (!seen) sizes.emplace_back(std::move(s), source);
       };
@@ -126,7 +169,9 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
         if (const auto location = find_tuned_table(name, dtype, plan.device_key)) {
           const nlohmann::json table = read_tuned_table(location->path);
           for (const auto& row : table.at("sizes")) {
-            if (row.contains("sizes")) add(row.at("sizes").get<Sizes>(), "table");
+            if (!row.contains("sizes")) continue;
+            const Sizes at = row.at("sizes").get<Sizes>();
+            if (!off_key_default(*op, key, at)) add(at, "table");
           }
         }
       }
@@ -135,7 +180,8 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
       }
       const auto override_at = [&](const Sizes& problem) -> const ExportOverride* {
         for (const ExportOverride& o : request.overrides) {
-          if (o.op == op && o.dtype == dtype && key_sizes(key, o.sizes) == key_sizes(key, problem))
+          if (o.op == op && o.dtype == dtype &&
+              key_sizes(*op, key, o.sizes) == key_sizes(*op, key, problem))
             return &o;
         }
         return nullptr;
@@ -181,8 +227,8 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
           out.variants.push_back(std::move(v));
           same = out.variants.end() - 1;
         }
-        out.rows.push_back({key_sizes(key, problem), static_cast<int>(same - out.variants.begin()),
-                            source, reason});
+        out.rows.push_back({key_sizes(*op, key, problem),
+                            static_cast<int>(same - out.variants.begin()), source, reason});
       }
       plan.ops.push_back(std::move(out));
     }
@@ -211,8 +257,13 @@ nlohmann::json ExportPlan::to_json() const {
                       {"choice", r.choice}});
     }
     nlohmann::json key = nlohmann::json::array();
-    for (const DispatchDim& d : op.key)
-      key.push_back({{"size", d.size}, {"input", d.input}, {"dim", d.dim}, {"rank", d.rank}});
+    for (const DispatchDim& d : op.key) {
+      key.push_back(
+          d.scalar >= 0
+              ? nlohmann::json{{"size", d.size}, {"scalar", d.scalar}}
+              : nlohmann::json{
+                    {"size", d.size}, {"input", d.input}, {"dim", d.dim}, {"rank", d.rank}});
+    }
     ops_json.push_back({{"op", op.op->name()},
                         {"dtype", dtype_name(op.dtype)},
                         {"dispatch_key", key},

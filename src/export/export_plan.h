@@ -7,9 +7,12 @@
 // exported op runs what `kforge bench OP` timed. A size not in the dispatch is not covered: the
 // exported call says so (KF_ERR_UNSUPPORTED) and the caller falls back to its own op.
 //
-// The dispatch key is the op's size names read from the input tensors' shapes (see
-// DispatchDim): ops whose sizes are all tensor dimensions can be exported; the others
-// (attention's causal flag) cannot.
+// The dispatch key is the op's sizes as a call shows them (see DispatchDim): its size names read
+// from the input tensors' shapes, and its named sizes (attention's causal, kv_heads) from a
+// tensor dimension or a scalar of the same name. A named size a call does not show (attention's
+// scale_permille, which reaches the kernel as sm_scale) is not in the key: the table's rows are
+// exported at its default only, and a call runs the variant of its other sizes whatever value
+// it passes (the kernels take any).
 #pragma once
 
 #include <filesystem>
@@ -28,12 +31,14 @@ namespace kforge {
 
 // Where one size is read from: input `input`'s dimension `dim` of the `rank` its spec declares.
 // A tensor with more dimensions than `rank` has its leading ones folded into dimension 0 (the
-// rows of [batch, seq, hidden] are batch * seq), as the kernels themselves do.
+// rows of [batch, seq, hidden] are batch * seq), as the kernels themselves do. Or, where
+// `scalar` >= 0, the call's scalar of that index, rounded to an integer (a flag).
 struct DispatchDim {
   std::string size;  // the size name, e.g. "M"
   int input = 0;
   int dim = 0;
   int rank = 0;
+  int scalar = -1;
 };
 
 // One compiled variant of an exported op: a kernel file with every parameter fixed.
@@ -92,17 +97,20 @@ struct ExportRequest {
   std::string arch;                       // empty: the device's default
 };
 
-// Where each of `op`'s size names is read from; throws UsageError when a size is not the
-// dimension of any input (such an op cannot be dispatched on its tensors).
+// Where each of `op`'s size names, then each named size a call shows, is read from; throws
+// UsageError when a size name is not the dimension of any input (such an op cannot be
+// dispatched on its tensors).
 std::vector<DispatchDim> dispatch_key(const OpSpec& op);
 
-// Whether dispatch_key(op) exists: every size of `op` is an input dimension.
+// Whether dispatch_key(op) exists: every size name of `op` is an input dimension.
 bool dispatchable(const OpSpec& op);
 
-// The dispatch key's values for tensors of `shapes` (one per input), or nothing when a tensor
-// has fewer dimensions than its spec. The same rule the generated dispatch code follows.
+// The dispatch key's values for tensors of `shapes` (one per input) and `scalars`, or nothing
+// when a tensor has fewer dimensions than its spec or a scalar is missing. The same rule the
+// generated dispatch code follows.
 std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
-                                    const std::vector<std::vector<int64_t>>& shapes);
+                                    const std::vector<std::vector<int64_t>>& shapes,
+                                    const std::vector<double>& scalars = {});
 
 // The variants and dispatch of `request` on `device`. Ops or dtypes the device's library cannot
 // serve (no CUDA kernel file, a dtype the op does not declare) are UsageErrors.

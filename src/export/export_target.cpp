@@ -1,5 +1,6 @@
 #include "export/export_target.h"
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -139,7 +140,8 @@ std::string export_header(const ExportPlan& plan, const ExportContext& context) 
       " * export does not cover returns KF_ERR_UNSUPPORTED and launches nothing: run your own\n"
       " * op then. kforge_<op>_variant(args) names the variant a call would run, or NULL.\n"
       " * Sizes are read from the inputs' shapes; leading dimensions beyond an input's declared\n"
-      " * rank fold into its first (x[batch, seq, hidden] is x[batch * seq, hidden]).\n"
+      " * rank fold into its first (x[batch, seq, hidden] is x[batch * seq, hidden]). A flag\n"
+      " * (attention's causal) is read from the scalar of its name.\n"
       " */\n"
       "#ifndef KFORGE_EXPORT_H_\n#define KFORGE_EXPORT_H_\n\n#include \"kforge/kernel.h\"\n\n"
       "#ifdef __cplusplus\nextern \"C\" {{\n#endif\n",
@@ -151,9 +153,21 @@ std::string export_header(const ExportPlan& plan, const ExportContext& context) 
     const std::string scalars = fmt::format("{}", fmt::join(names, ", "));
     text += fmt::format("\n/* {}: {}\n *   {}\n", spec->name(), spec->signature(), spec->formula());
     if (!scalars.empty()) text += fmt::format(" *   scalars: {}\n", scalars);
+    const ExportOp* first = nullptr;
     for (const ExportOp& op : plan.ops) {
-      if (op.op == spec)
-        text += fmt::format(" *   {} sizes: {}\n", dtype_name(op.dtype), covered_shapes(op));
+      if (op.op != spec) continue;
+      if (!first) first = &op;
+      text += fmt::format(" *   {} sizes: {}\n", dtype_name(op.dtype), covered_shapes(op));
+    }
+    for (const auto& [size, fallback] : spec->named_size_defaults()) {
+      const bool in_key = std::any_of(first->key.begin(), first->key.end(),
+                                      [&](const DispatchDim& d) { return d.size == size; });
+      if (!in_key) {
+        text += fmt::format(
+            " *   {} is listed at its default but does not choose the variant: a call may pass "
+            "any\n *   value in its scalars, and runs the variant of its other sizes\n",
+            size);
+      }
     }
     text += fmt::format(
         " */\nint kforge_{0}(const kf_args* args);\nconst char* kforge_{0}_variant(const kf_args* "
@@ -185,6 +199,13 @@ std::string dispatch_source(const ExportPlan& plan, const ExportContext& context
       "  int64_t folded = 1;\n"
       "  for (int i = 0; i <= extra; ++i) folded *= t->shape[i];\n"
       "  return folded;\n"
+      "}}\n\n"
+      "/* Scalar `index` of the call rounded to an integer (a flag such as causal); -1 when the\n"
+      " * call passes fewer scalars. */\n"
+      "static int64_t kf_export_scalar(const kf_args* args, int index) {{\n"
+      "  if (args->scalars == NULL || args->num_scalars <= index) return -1;\n"
+      "  const double v = args->scalars[index];\n"
+      "  return (int64_t)(v < 0 ? v - 0.5 : v + 0.5);\n"
       "}}\n\n"
       "static const kf_export_row* kf_export_find(const kf_export_row* rows, size_t count,\n"
       "                                           const int64_t* key, int key_len) {{\n"
@@ -225,6 +246,11 @@ std::string dispatch_source(const ExportPlan& plan, const ExportContext& context
     std::string key_reads;
     for (size_t i = 0; i < first->key.size(); ++i) {
       const DispatchDim& d = first->key[i];
+      if (d.scalar >= 0) {
+        key_reads +=
+            fmt::format("  key[{}] = kf_export_scalar(args, {}); /* {} */\n", i, d.scalar, d.size);
+        continue;
+      }
       inputs = std::max(inputs, d.input + 1);
       key_reads += fmt::format("  key[{}] = kf_export_dim(args, {}, {}, {}); /* {} */\n", i,
                                d.input, d.dim, d.rank, d.size);

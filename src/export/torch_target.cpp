@@ -114,6 +114,12 @@ class TorchTarget final : public ExportTarget {
     for (const ExportOp& op : plan.ops) {
       if (!serves(*op.op))
         throw UsageError(fmt::format("the torch target has no op {} yet", op.op->name()));
+      // The extension's dispatch reads tensor dimensions only.
+      for (const DispatchDim& d : op.key) {
+        if (d.scalar >= 0)
+          throw Error(fmt::format("the torch target cannot dispatch {} on its scalar {}",
+                                  op.op->name(), d.size));
+      }
     }
     std::vector<fs::path> written;
     const fs::path support = torch_support_dir();

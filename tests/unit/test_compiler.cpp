@@ -5,14 +5,18 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <regex>
 #include <sstream>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "compile/compiler.h"
 #include "core/error.h"
 #include "core/hash.h"
+#include "core/process.h"
 #include "test_support.h"
 
 namespace kforge {
@@ -195,6 +199,65 @@ TEST(CudaKernels, TheRepositoryHasKernelFilesToCompile) {
 // first (the long CUTLASS ones leading), and each file has the test timeout to itself.
 class KernelCompiles : public ::testing::TestWithParam<fs::path> {};
 
+// The symbols a compiled module defines with external linkage that come from its kernel file,
+// demangled: anything in a namespace the file itself opens (templates of CUTLASS or CuTe
+// instantiated on its types included), and anything else but its entry point, the C++ and CUDA
+// runtimes, CUTLASS/CuTe and kforge's headers (include/kforge and the op folders' headers, whose
+// code depends on no tunable). What a file keeps in an anonymous namespace is internal.
+std::vector<std::string> symbols_shared_between_variants(const fs::path& module,
+                                                         const std::string& source) {
+  std::vector<std::string> own;  // "name::" for each namespace the file opens
+  const std::regex opened(R"(\bnamespace\s+([A-Za-z_]\w*)\s*\{)");
+  for (auto it = std::sregex_iterator(source.begin(), source.end(), opened);
+       it != std::sregex_iterator(); ++it) {
+    own.push_back((*it)[1].str() + "::");
+  }
+  const CommandResult nm =
+      run_command({"nm", "-C", "--defined-only", "--extern-only", module.string()});
+  EXPECT_TRUE(nm.ok()) << nm.output;
+  static const std::vector<std::string> outside = {"kforge_run",
+                                                   "std::",
+                                                   "cute::",
+                                                   "cutlass::",
+                                                   "__gnu_cxx::",
+                                                   "cub::",
+                                                   "thrust::",
+                                                   "cuda::",
+                                                   "__cxx",
+                                                   "_init",
+                                                   "_fini",
+                                                   "__bss_start",
+                                                   "_edata",
+                                                   "_end",
+                                                   "__cuda",
+                                                   "__nv",
+                                                   "__fatbin",
+                                                   "operator new",
+                                                   "operator delete",
+                                                   "typeinfo",
+                                                   "vtable",
+                                                   "kf::",
+                                                   "kf_bulk::",
+                                                   "kf_attention::",
+                                                   "guard variable for kf::",
+                                                   "guard variable for kf_bulk::"};
+  std::vector<std::string> shared;
+  std::istringstream lines(nm.output);
+  for (std::string line; std::getline(lines, line);) {
+    // "ADDRESS TYPE NAME"
+    const size_t type = line.find(' ');
+    if (type == std::string::npos || type + 3 > line.size()) continue;
+    const std::string name = line.substr(type + 3);
+    const bool known = std::any_of(outside.begin(), outside.end(),
+                                   [&](const std::string& p) { return name.starts_with(p); });
+    const bool its_own = std::any_of(own.begin(), own.end(), [&](const std::string& ns) {
+      return name.find(ns) != std::string::npos;
+    });
+    if (!known || its_own) shared.push_back(line.substr(type + 1));
+  }
+  return shared;
+}
+
 TEST_P(KernelCompiles, ForSm90aInItsFirstDtype) {
   const KernelFile file = KernelFile::load(GetParam());
   CompilerOptions options;
@@ -210,6 +273,17 @@ TEST_P(KernelCompiles, ForSm90aInItsFirstDtype) {
   EXPECT_TRUE(r.ok) << variant.describe() << "\n" << r.log;
   EXPECT_FALSE(r.resources.functions.empty()) << variant.describe();
   std::cout << variant.describe() << ": " << r.seconds << " s\n";
+  const fs::path kernels = fs::weakly_canonical(test::kernels_dir());
+  const bool library_file = fs::weakly_canonical(GetParam()).string().starts_with(kernels.string());
+  if (r.ok && library_file) {
+    const std::vector<std::string> shared = symbols_shared_between_variants(r.module, file.source);
+    EXPECT_TRUE(shared.empty())
+        << GetParam().filename().string()
+        << " defines these with external linkage; a standalone export links its variants into "
+           "one library, where the linker would keep one variant's copy for all (or refuse). "
+           "Put them in an anonymous namespace or make them static:\n"
+        << fmt::format("{}", fmt::join(shared, "\n"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, KernelCompiles, ::testing::ValuesIn(cuda_kernel_files()),

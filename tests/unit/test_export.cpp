@@ -84,7 +84,6 @@ TEST(ExportPlan, EveryTableSizeRunsTheLibrarysChoice) {
 }
 
 TEST(ExportPlan, RefusesWhatItCannotDispatchOrHasNoSizesFor) {
-  EXPECT_THROW(dispatch_key(*find_op("flash_attention")), UsageError);  // causal is no dimension
   ExportRequest request;
   request.ops = {find_op("rmsnorm")};
   request.dtypes = {DType::bf16};
@@ -106,14 +105,49 @@ TEST(ExportPlan, DispatchSizesFoldLeadingDimensions) {
             (Sizes{{"batch", 1}, {"heads", 32}, {"seq_len", 4096}, {"head_dim", 128}}));
 }
 
+// Attention's calls show its causal flag as a scalar and kv_heads as K's heads; its scale does
+// not choose the variant, so it is not in the key and the table's rows at other scales are not
+// exported.
+TEST(ExportPlan, AttentionDispatchesOnItsFlagAndKeyValueHeads) {
+  const OpSpec& attention = *find_op("flash_attention");
+  const auto key = dispatch_key(attention);
+  const std::vector<std::vector<int64_t>> gqa = {
+      {2, 32, 1024, 128}, {2, 8, 1024, 128}, {2, 8, 1024, 128}};
+  EXPECT_EQ(*dispatch_sizes(key, gqa, {0.088, 1.0}), (Sizes{{"batch", 2},
+                                                            {"heads", 32},
+                                                            {"seq_len", 1024},
+                                                            {"head_dim", 128},
+                                                            {"causal", 1},
+                                                            {"kv_heads", 8}}));
+  EXPECT_EQ(dispatch_sizes(key, gqa, {0.088, 0.0})->at("causal"), 0);
+  EXPECT_FALSE(dispatch_sizes(key, gqa, {0.088}));  // no causal flag passed
+
+  const ExportPlan plan = plan_for({"flash_attention"});
+  ASSERT_EQ(plan.ops.size(), 1u);
+  const auto table = find_tuned_table("flash_attention", DType::bf16, plan.device_key);
+  ASSERT_TRUE(table);
+  const nlohmann::json rows = read_tuned_table(table->path);
+  size_t default_scale_rows = 0;
+  for (const auto& row : rows.at("sizes"))
+    default_scale_rows += row.at("sizes").value("scale_permille", 0) == 0;
+  EXPECT_EQ(plan.ops[0].rows.size(), default_scale_rows);
+  bool causal = false, full = false;
+  for (const ExportRow& row : plan.ops[0].rows) {
+    EXPECT_FALSE(row.sizes.contains("scale_permille"));
+    (row.sizes.at("causal") ? causal : full) = true;
+  }
+  EXPECT_TRUE(causal && full) << "the table has rows of both kinds";
+}
+
 // The generated dispatch, compiled with stand-in variants (each returns 1000 + its index among
 // the symbols) and called through dlopen, against the plan and dispatch_sizes.
 class GeneratedDispatch : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const OpSpec& rmsnorm = *find_op("rmsnorm");
-    plan_ = new ExportPlan(plan_for({"rmsnorm", "rotary_embedding_half", "cross_entropy"},
-                                    {{&rmsnorm, {{"M", 4096}, {"N", 2048}}}}));
+    plan_ = new ExportPlan(
+        plan_for({"rmsnorm", "rotary_embedding_half", "cross_entropy", "flash_attention"},
+                 {{&rmsnorm, {{"M", 4096}, {"N", 2048}}}}));
     dir_ = new fs::path(test::temp_dir("export-dispatch"));
     const auto written = find_export_target("standalone")->write(*plan_, context(), *dir_);
     ASSERT_FALSE(written.empty());
@@ -145,10 +179,11 @@ class GeneratedDispatch : public ::testing::Test {
   using Run = int (*)(const kf_args*);
   using Name = const char* (*)(const kf_args*);
 
-  // Calls kforge_<op>_variant and kforge_<op> with tensors of `shapes` in `dtype`; returns the
-  // variant's name ("" for none) after checking that the call agrees with it.
+  // Calls kforge_<op>_variant and kforge_<op> with tensors of `shapes` in `dtype` and
+  // `scalars`; returns the variant's name ("" for none) after checking that the call agrees.
   static std::string dispatched(const std::string& op,
                                 const std::vector<std::vector<int64_t>>& shapes, DType dtype,
+                                const std::vector<double>& scalars = {},
                                 int abi = KFORGE_ABI_VERSION) {
     std::vector<kf_tensor> inputs(shapes.size());
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -161,6 +196,8 @@ class GeneratedDispatch : public ::testing::Test {
     args.abi_version = abi;
     args.num_inputs = static_cast<int32_t>(inputs.size());
     args.inputs = inputs.data();
+    args.num_scalars = static_cast<int32_t>(scalars.size());
+    args.scalars = scalars.empty() ? nullptr : scalars.data();
     const auto name =
         reinterpret_cast<Name>(dlsym(library_, ("kforge_" + op + "_variant").c_str()));
     const auto run = reinterpret_cast<Run>(dlsym(library_, ("kforge_" + op).c_str()));
@@ -179,8 +216,9 @@ class GeneratedDispatch : public ::testing::Test {
   }
 
   // What the plan says a call with these input shapes runs ("" for not covered).
-  static std::string expected(const ExportOp& op, const std::vector<std::vector<int64_t>>& shapes) {
-    const auto sizes = dispatch_sizes(op.key, shapes);
+  static std::string expected(const ExportOp& op, const std::vector<std::vector<int64_t>>& shapes,
+                              const std::vector<double>& scalars = {}) {
+    const auto sizes = dispatch_sizes(op.key, shapes, scalars);
     if (!sizes) return "";
     for (const ExportRow& r : op.rows) {
       if (r.sizes == *sizes) return op.variants[r.variant].symbol;
@@ -208,12 +246,25 @@ TEST_F(GeneratedDispatch, EveryRowRunsItsVariantAndNothingElseIsCovered) {
       for (const TensorSpec& t : op.op->tensors()) {
         if (!t.is_output) shapes.push_back(op.op->shape_of(t, sizes));
       }
-      EXPECT_EQ(dispatched(name, shapes, DType::bf16), op.variants[row.variant].symbol)
+      std::vector<double> scalars = op.op->scalar_values(sizes);
+      const bool flagged = std::any_of(op.key.begin(), op.key.end(),
+                                       [](const DispatchDim& d) { return d.scalar >= 0; });
+      EXPECT_EQ(dispatched(name, shapes, DType::bf16, scalars), op.variants[row.variant].symbol)
           << name << " " << op.op->format_shape(row.sizes);
-      EXPECT_EQ(dispatched(name, shapes, DType::f32), "") << "f32 was not exported";
-      EXPECT_EQ(dispatched(name, shapes, DType::bf16, KFORGE_ABI_VERSION + 1), "");
+      EXPECT_EQ(dispatched(name, shapes, DType::f32, scalars), "") << "f32 was not exported";
+      EXPECT_EQ(dispatched(name, shapes, DType::bf16, scalars, KFORGE_ABI_VERSION + 1), "");
+      if (flagged) {
+        EXPECT_EQ(dispatched(name, shapes, DType::bf16), "") << "a call without its flag";
+        for (const DispatchDim& d : op.key) {
+          if (d.scalar < 0) continue;
+          std::vector<double> flipped = scalars;
+          flipped[d.scalar] = flipped[d.scalar] != 0 ? 0 : 1;
+          EXPECT_EQ(dispatched(name, shapes, DType::bf16, flipped), expected(op, shapes, flipped))
+              << name << " " << op.op->format_shape(row.sizes) << " with " << d.size << " flipped";
+        }
+      }
       shapes[0].back() += 1;  // a size no row has
-      EXPECT_EQ(dispatched(name, shapes, DType::bf16), "") << name;
+      EXPECT_EQ(dispatched(name, shapes, DType::bf16, scalars), "") << name;
     }
   }
 }
@@ -548,31 +599,30 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
       << named.output;
 }
 
-// `kforge export all`: every op with a table for the device that the target can dispatch; an op
-// whose calls do not say which variant to run (attention's causal flag is no tensor dimension)
-// is left out and said, and refused when named.
-TEST(ExportCli, AllLeavesOutOpsItCannotDispatch) {
+// `kforge export all`: every op with a table for the device that the target carries (the
+// standalone target: attention too, dispatched on its causal flag); an op the target has not
+// (the torch target: attention) is refused when named.
+TEST(ExportCli, AllExportsWhatTheTargetCarries) {
   const fs::path dir = test::temp_dir("export-all");
   const std::string ceilings =
       (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string();
-  const DeviceInfo h100 = recorded_h100();
-  ASSERT_TRUE(find_tuned_table("flash_attention", DType::bf16, device_key(h100)).has_value())
-      << "the test needs an op with a table that cannot be dispatched";
-  ASSERT_FALSE(dispatchable(*find_op("flash_attention")));
+  ASSERT_TRUE(
+      find_tuned_table("flash_attention", DType::bf16, device_key(recorded_h100())).has_value());
   const CommandResult all = run_command({test::kforge_binary(), "export", "all", "--ceilings",
                                          ceilings, "--out", (dir / "all").string()});
   ASSERT_TRUE(all.ok()) << all.output;
-  EXPECT_NE(all.output.find("flash_attention: not exported (a call's tensors do not say"),
-            std::string::npos)
-      << all.output;
-  EXPECT_NE(all.output.find("\nrmsnorm "), std::string::npos) << all.output;
-  EXPECT_EQ(all.output.find("\nflash_attention "), std::string::npos) << all.output;
+  for (const char* op : {"\nrmsnorm ", "\nflash_attention "})
+    EXPECT_NE(all.output.find(op), std::string::npos) << op << all.output;
+  EXPECT_NE(test::read_text(dir / "all" / "src" / "kforge_dispatch.c")
+                .find("kf_export_scalar(args, 1); /* causal */"),
+            std::string::npos);
 
+  // (The torch target compiles what it packs: `all` there is the GPU machine's test.)
   const CommandResult named =
-      run_command({test::kforge_binary(), "export", "flash_attention", "--ceilings", ceilings,
-                   "--out", (dir / "named").string()});
+      run_command({test::kforge_binary(), "export", "flash_attention", "--target", "torch",
+                   "--ceilings", ceilings, "--out", (dir / "named").string()});
   EXPECT_FALSE(named.ok());
-  EXPECT_NE(named.output.find("flash_attention cannot be exported yet"), std::string::npos)
+  EXPECT_NE(named.output.find("the torch target has no op flash_attention yet"), std::string::npos)
       << named.output;
 }
 
