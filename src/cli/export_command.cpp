@@ -223,9 +223,9 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
   }
   LoopKernelStage stage;
   if (!flags.workspace.empty()) add_loop_overrides(flags.workspace, info, stage, request);
-  // Ops that `all`, a plan or a workspace brought but the target cannot carry, or whose calls
-  // cannot be dispatched on their tensors (attention's causal flag), are left to the model's own
-  // op, and said; an op named on the command line must be carried.
+  // Ops that `all`, a plan or a workspace brought but the target cannot carry (the torch
+  // target's attention), or whose calls cannot be dispatched (a size no input has), are left to
+  // the model's own op, and said; an op named on the command line must be carried.
   std::erase_if(request.ops, [&](const OpSpec* op) {
     const bool named = std::any_of(flags.ops.begin(), flags.ops.end(), [&](const std::string& s) {
       const auto ops = ops_named(s);
@@ -261,7 +261,8 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
   ExportContext context;
   context.run = run_metadata(argv);
   context.include_dir = default_include_dir();
-  context.cutlass_include_dir = default_cutlass_include_dir();
+  if (const fs::path cutlass = default_cutlass_include_dir(); !cutlass.empty())
+    context.cutlass_include_dir = fs::absolute(cutlass);
   const auto written = target->write(plan, context, flags.out);
 
   fmt::print("{:<22} {:<6} {:<20} {:<28} {}\n", "op", "dtype", "size", "variant", "choice");

@@ -78,6 +78,12 @@ bool dispatchable(const OpSpec& op) {
   }
 }
 
+std::optional<int64_t> scalar_as_size(double value) {
+  constexpr double kExact = 9007199254740992.0;  // 2^53
+  if (!(value >= -kExact && value <= kExact)) return std::nullopt;
+  return static_cast<int64_t>(value < 0 ? value - 0.5 : value + 0.5);
+}
+
 std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
                                     const std::vector<std::vector<int64_t>>& shapes,
                                     const std::vector<double>& scalars) {
@@ -85,7 +91,9 @@ std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
   for (const DispatchDim& d : key) {
     if (d.scalar >= 0) {
       if (d.scalar >= static_cast<int>(scalars.size())) return std::nullopt;
-      sizes[d.size] = std::llround(scalars[d.scalar]);
+      const std::optional<int64_t> value = scalar_as_size(scalars[d.scalar]);
+      if (!value) return std::nullopt;
+      sizes[d.size] = *value;
       continue;
     }
     if (d.input >= static_cast<int>(shapes.size())) return std::nullopt;
@@ -107,28 +115,31 @@ std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
 
 namespace {
 
-// The key's sizes out of a completed problem (which may also hold derived sizes); a named size
-// the problem leaves out has its default.
+// The key's sizes out of a problem (completed first, so that kv_heads left at 0 reads as heads;
+// a named size the problem leaves out has its default).
 Sizes key_sizes(const OpSpec& op, const std::vector<DispatchDim>& key, const Sizes& sizes) {
+  Sizes completed = sizes;
+  op.complete_sizes(completed);
   const Sizes defaults = op.named_size_defaults();
   Sizes out;
   for (const DispatchDim& d : key) {
-    const auto it = sizes.find(d.size);
-    out[d.size] = it != sizes.end() ? it->second : defaults.at(d.size);
+    const auto it = completed.find(d.size);
+    out[d.size] = it != completed.end() ? it->second : defaults.at(d.size);
   }
   return out;
 }
 
-// Whether `sizes` holds a named size outside the key at other than its default (a table row
-// at a scale the key cannot tell apart).
-bool off_key_default(const OpSpec& op, const std::vector<DispatchDim>& key, const Sizes& sizes) {
+// The named sizes outside the key whose value in `sizes` is not their default (a row at a
+// scale the key cannot tell apart), with those defaults.
+Sizes off_key_values(const OpSpec& op, const std::vector<DispatchDim>& key, const Sizes& sizes) {
+  Sizes off;
   for (const auto& [size, fallback] : op.named_size_defaults()) {
     const bool in_key =
         std::any_of(key.begin(), key.end(), [&](const DispatchDim& d) { return d.size == size; });
     const auto it = sizes.find(size);
-    if (!in_key && it != sizes.end() && it->second != fallback) return true;
+    if (!in_key && it != sizes.end() && it->second != fallback) off[size] = fallback;
   }
-  return false;
+  return off;
 }
 
 }  // namespace
@@ -158,7 +169,14 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
 
       // The sizes: the table's rows, then the extra ones, each once.
       std::vector<std::pair<Sizes, std::string>> sizes;
+      // A size outside the key chooses no variant: a table's row at another value than its
+      // default is left out (its default row stands for it), a model's or a task's size is
+      // taken at the default.
       const auto add = [&](Sizes s, const std::string& source) {
+        const Sizes off = off_key_values(*op, key, s);
+        if (!off.empty() && source == "table") return;
+        for (const auto& [size, fallback] : off)
+          s[size] = fallback;
         op->complete_sizes(s);
         const bool seen = std::any_of(sizes.begin(), sizes.end(), [&](const auto& known) {
           return key_sizes(*op, key, known.first) == key_sizes(*op, key, s);
@@ -170,8 +188,7 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
           const nlohmann::json table = read_tuned_table(location->path);
           for (const auto& row : table.at("sizes")) {
             if (!row.contains("sizes")) continue;
-            const Sizes at = row.at("sizes").get<Sizes>();
-            if (!off_key_default(*op, key, at)) add(at, "table");
+            add(row.at("sizes").get<Sizes>(), "table");
           }
         }
       }

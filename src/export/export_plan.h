@@ -62,7 +62,7 @@ struct ExportRow {
 struct ExportOp {
   const OpSpec* op = nullptr;
   DType dtype = DType::bf16;
-  std::vector<DispatchDim> key;  // in the op's size_names() order
+  std::vector<DispatchDim> key;  // size_names(), then the named sizes a call shows
   std::vector<ExportVariant> variants;
   std::vector<ExportRow> rows;
   bool untuned_device = false;  // no table for this device: every row runs the defaults
@@ -104,6 +104,10 @@ std::vector<DispatchDim> dispatch_key(const OpSpec& op);
 
 // Whether dispatch_key(op) exists: every size name of `op` is an input dimension.
 bool dispatchable(const OpSpec& op);
+
+// A call's scalar as a size of the dispatch key: rounded half away from zero, exactly as the
+// generated dispatch does; nothing for a value that is not finite or beyond 2^53.
+std::optional<int64_t> scalar_as_size(double value);
 
 // The dispatch key's values for tensors of `shapes` (one per input) and `scalars`, or nothing
 // when a tensor has fewer dimensions than its spec or a scalar is missing. The same rule the

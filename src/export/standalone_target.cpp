@@ -9,6 +9,8 @@
 //   OUT/src/kforge_dispatch.c     sizes -> variants;  OUT/variants/*.cu   one unit per variant
 //   OUT/kernels/<op>/             the kernel files, unmodified
 //   OUT/kforge_export.json        the plan: device, variants, rows, provenance
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -26,7 +28,7 @@ std::string cmake_architecture(const std::string& arch) {
 }
 
 // `text` as the inside of a CMake quoted argument: its escapes and variable references taken
-// literally.
+// literally. (A ';' still splits it where CMake reads the value as a list.)
 std::string cmake_quoted(const std::string& text) {
   std::string out;
   for (const char c : text) {
@@ -38,7 +40,15 @@ std::string cmake_quoted(const std::string& text) {
 
 // The CMake lines that build the variants on CUTLASS as kforge's compiler does (its headers,
 // --expt-relaxed-constexpr, NDEBUG), for those sources alone; empty when no variant uses it.
+bool uses_cutlass(const ExportPlan& plan) {
+  return std::any_of(plan.ops.begin(), plan.ops.end(), [](const ExportOp& op) {
+    return std::any_of(op.variants.begin(), op.variants.end(),
+                       [](const ExportVariant& v) { return v.uses_cutlass; });
+  });
+}
+
 std::string cutlass_cmake(const ExportPlan& plan, const ExportContext& context) {
+  if (!uses_cutlass(plan)) return "";
   std::string sources;
   for (const ExportOp& op : plan.ops) {
     for (const ExportVariant& v : op.variants) {
@@ -46,13 +56,12 @@ std::string cutlass_cmake(const ExportPlan& plan, const ExportContext& context) 
         sources += fmt::format("    ${{KFORGE_EXPORT_DIR}}/variants/{}.cu\n", v.symbol);
     }
   }
-  if (sources.empty()) return "";
   return fmt::format(
       "# Some variants are built on CUTLASS/CuTe (headers only): KFORGE_CUTLASS_INCLUDE is its\n"
       "# include/ folder, e.g. cutlass_library/source/include of `pip install nvidia-cutlass`.\n"
       "set(KFORGE_CUTLASS_INCLUDE \"{}\" CACHE PATH\n"
       "  \"CUTLASS's include/ folder (cutlass/, cute/) for the export's CUTLASS variants\")\n"
-      "if(NOT EXISTS \"${{KFORGE_CUTLASS_INCLUDE}}/cute/tensor.hpp\")\n"
+      "if(NOT EXISTS \"${{KFORGE_CUTLASS_INCLUDE}}/cutlass/cutlass.h\")\n"
       "  message(FATAL_ERROR \"kforge export: CUTLASS's headers are not in \"\n"
       "    \"'${{KFORGE_CUTLASS_INCLUDE}}': pass -DKFORGE_CUTLASS_INCLUDE=<CUTLASS>/include\")\n"
       "endif()\n"
@@ -319,7 +328,7 @@ std::string readme(const ExportPlan& plan, const ExportContext& context) {
       "| op | dtype | sizes | variant | kernel file | kforge's choice |\n"
       "|---|---|---|---|---|---|\n{}",
       export_provenance(plan, context),
-      cutlass_cmake(plan, context).empty()
+      !uses_cutlass(plan)
           ? ""
           : "Some variants are built on CUTLASS's headers: CMake takes them from "
             "`KFORGE_CUTLASS_INCLUDE`\n(default: where kforge found them at export; "

@@ -3,6 +3,7 @@
 // library's own.
 #include <dlfcn.h>
 
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <set>
@@ -121,8 +122,12 @@ TEST(ExportPlan, AttentionDispatchesOnItsFlagAndKeyValueHeads) {
                                                             {"kv_heads", 8}}));
   EXPECT_EQ(dispatch_sizes(key, gqa, {0.088, 0.0})->at("causal"), 0);
   EXPECT_FALSE(dispatch_sizes(key, gqa, {0.088}));  // no causal flag passed
+  EXPECT_FALSE(dispatch_sizes(key, gqa, {0.088, std::nan("")}));
 
-  const ExportPlan plan = plan_for({"flash_attention"});
+  // A model's shape at another scale is exported at the default scale.
+  Sizes scaled = {{"batch", 1},     {"heads", 8},           {"seq_len", 256},
+                  {"head_dim", 64}, {"scale_permille", 50}, {"causal", 1}};
+  const ExportPlan plan = plan_for({"flash_attention"}, {{&attention, scaled}});
   ASSERT_EQ(plan.ops.size(), 1u);
   const auto table = find_tuned_table("flash_attention", DType::bf16, plan.device_key);
   ASSERT_TRUE(table);
@@ -130,7 +135,12 @@ TEST(ExportPlan, AttentionDispatchesOnItsFlagAndKeyValueHeads) {
   size_t default_scale_rows = 0;
   for (const auto& row : rows.at("sizes"))
     default_scale_rows += row.at("sizes").value("scale_permille", 0) == 0;
-  EXPECT_EQ(plan.ops[0].rows.size(), default_scale_rows);
+  EXPECT_EQ(plan.ops[0].rows.size(), default_scale_rows + 1);
+  const ExportRow& model = plan.ops[0].rows.back();
+  EXPECT_EQ(model.source, "plan");
+  scaled.erase("scale_permille");
+  scaled["kv_heads"] = 8;
+  EXPECT_EQ(model.sizes, scaled);
   bool causal = false, full = false;
   for (const ExportRow& row : plan.ops[0].rows) {
     EXPECT_FALSE(row.sizes.contains("scale_permille"));
@@ -145,9 +155,12 @@ class GeneratedDispatch : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const OpSpec& rmsnorm = *find_op("rmsnorm");
+    // Attention with grouped queries too, so that kv_heads is read from K, not Q.
+    const Sizes gqa = {{"batch", 2},      {"heads", 32}, {"seq_len", 1024},
+                       {"head_dim", 128}, {"causal", 1}, {"kv_heads", 8}};
     plan_ = new ExportPlan(
         plan_for({"rmsnorm", "rotary_embedding_half", "cross_entropy", "flash_attention"},
-                 {{&rmsnorm, {{"M", 4096}, {"N", 2048}}}}));
+                 {{&rmsnorm, {{"M", 4096}, {"N", 2048}}}, {find_op("flash_attention"), gqa}}));
     dir_ = new fs::path(test::temp_dir("export-dispatch"));
     const auto written = find_export_target("standalone")->write(*plan_, context(), *dir_);
     ASSERT_FALSE(written.empty());
@@ -342,8 +355,16 @@ TEST(StandaloneExport, CutlassVariantsGetItsHeadersAndFlags) {
   const fs::path out = dir / "export";
   find_export_target("standalone")->write(plan, with_cutlass, out);
 
+  std::set<std::string> cutlass_symbols;  // the variants kforge compiles with CUTLASS
+  for (const ExportOp& op : plan.ops) {
+    for (const ExportVariant& v : op.variants) {
+      if (v.uses_cutlass) cutlass_symbols.insert(v.symbol);
+    }
+  }
   const auto configure = [&](const std::string& build, std::vector<std::string> extra) {
+    // No build type: its flags (Release's -DNDEBUG) would reach every variant.
     std::vector<std::string> cmd = {"cmake",
+                                    "-DCMAKE_BUILD_TYPE=",
                                     "-S",
                                     out.string(),
                                     "-B",
@@ -372,7 +393,7 @@ TEST(StandaloneExport, CutlassVariantsGetItsHeadersAndFlags) {
     const std::string file = entry.at("file").get<std::string>();
     const std::string command = entry.at("command").get<std::string>();
     if (file.find("/variants/") == std::string::npos) continue;
-    const bool cutlass = file.find("kforge_matmul_") != std::string::npos;
+    const bool cutlass = cutlass_symbols.contains(fs::path(file).stem().string());
     (cutlass ? cutlass_variants : plain_variants)++;
     for (const std::string flag :
          {"-I\"" + (dir / "cutlass ").generic_string(), std::string("--expt-relaxed-constexpr"),
