@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -199,63 +200,112 @@ TEST(CudaKernels, TheRepositoryHasKernelFilesToCompile) {
 // first (the long CUTLASS ones leading), and each file has the test timeout to itself.
 class KernelCompiles : public ::testing::TestWithParam<fs::path> {};
 
-// The symbols a compiled module defines with external linkage that come from its kernel file,
-// demangled: anything in a namespace the file itself opens (templates of CUTLASS or CuTe
-// instantiated on its types included), and anything else but its entry point, the C++ and CUDA
-// runtimes, CUTLASS/CuTe and kforge's headers (include/kforge and the op folders' headers, whose
-// code depends on no tunable). What a file keeps in an anonymous namespace is internal.
+// The namespace a mangled name starts in ("kf" of _ZN2kf17setup_gemm_device...), for the names
+// the demangler gives up on (CUTLASS's longest); empty when it is in none.
+std::string mangled_namespace(const std::string& name) {
+  static const std::regex nested(R"(^_ZN[rVKRO]*(\d+))");
+  std::smatch m;
+  if (!std::regex_search(name, m, nested)) return "";
+  const size_t length = std::stoul(m[1].str());
+  const size_t start = static_cast<size_t>(m.length(0));
+  return start + length <= name.size() ? name.substr(start, length) : "";
+}
+
+// The namespace a demangled name is in: the identifier before its first "::" outside template
+// arguments and parameters ("kf" of "int kf::f<cute::X>(...)"); empty for a global name.
+std::string demangled_namespace(const std::string& name) {
+  int depth = 0;
+  for (size_t i = 0; i + 1 < name.size(); ++i) {
+    const char c = name[i];
+    if (c == '<' || c == '(') ++depth;
+    if (c == '>' || c == ')') --depth;
+    if (depth == 0 && c == ':' && name[i + 1] == ':') {
+      size_t begin = i;
+      while (begin > 0 &&
+             (std::isalnum(static_cast<unsigned char>(name[begin - 1])) || name[begin - 1] == '_'))
+        --begin;
+      return name.substr(begin, i - begin);
+    }
+  }
+  return "";
+}
+
+// The symbols a compiled module defines with external linkage that come from its kernel file:
+// anything in a namespace the file itself opens (templates of CUTLASS or CuTe instantiated on
+// its types included), and anything else but its entry point, the C++ and CUDA runtimes,
+// CUTLASS/CuTe and kforge's headers (include/kforge and the op folders' headers, whose code
+// depends on no tunable). What a file keeps in an anonymous namespace is internal.
 std::vector<std::string> symbols_shared_between_variants(const fs::path& module,
                                                          const std::string& source) {
-  std::vector<std::string> own;  // "name::" for each namespace the file opens
+  std::vector<std::string> own;  // the namespaces the file opens
   const std::regex opened(R"(\bnamespace\s+([A-Za-z_]\w*)\s*\{)");
   for (auto it = std::sregex_iterator(source.begin(), source.end(), opened);
        it != std::sregex_iterator(); ++it) {
-    own.push_back((*it)[1].str() + "::");
+    own.push_back((*it)[1].str());
   }
   const CommandResult nm =
       run_command({"nm", "-C", "--defined-only", "--extern-only", module.string()});
   EXPECT_TRUE(nm.ok()) << nm.output;
-  static const std::vector<std::string> outside = {"kforge_run",
-                                                   "std::",
-                                                   "cute::",
-                                                   "cutlass::",
-                                                   "__gnu_cxx::",
-                                                   "cub::",
-                                                   "thrust::",
-                                                   "cuda::",
-                                                   "__cxx",
-                                                   "_init",
-                                                   "_fini",
-                                                   "__bss_start",
-                                                   "_edata",
-                                                   "_end",
-                                                   "__cuda",
-                                                   "__nv",
-                                                   "__fatbin",
-                                                   "operator new",
-                                                   "operator delete",
-                                                   "typeinfo",
-                                                   "vtable",
-                                                   "kf::",
-                                                   "kf_bulk::",
-                                                   "kf_attention::",
-                                                   "guard variable for kf::",
-                                                   "guard variable for kf_bulk::"};
+  static const std::set<std::string> outside_namespaces = {
+      "std",    "cute", "cutlass", "__gnu_cxx", "cub",
+      "thrust", "cuda", "kf",      "kf_bulk",   "kf_attention"};
+  static const std::vector<std::string> outside_names = {
+      "kforge_run", "__cxx",  "_init", "_fini",    "__bss_start", "_edata",
+      "_end",       "__cuda", "__nv",  "__fatbin", "typeinfo",    "vtable"};
   std::vector<std::string> shared;
   std::istringstream lines(nm.output);
   for (std::string line; std::getline(lines, line);) {
     // "ADDRESS TYPE NAME"
     const size_t type = line.find(' ');
     if (type == std::string::npos || type + 3 > line.size()) continue;
-    const std::string name = line.substr(type + 3);
-    const bool known = std::any_of(outside.begin(), outside.end(),
+    std::string name = line.substr(type + 3);
+    if (name.starts_with("guard variable for ")) name = name.substr(19);
+    const bool mangled = name.starts_with("_Z");
+    const std::string space = mangled ? mangled_namespace(name) : demangled_namespace(name);
+    const bool known = outside_namespaces.contains(space) ||
+                       std::any_of(outside_names.begin(), outside_names.end(),
                                    [&](const std::string& p) { return name.starts_with(p); });
     const bool its_own = std::any_of(own.begin(), own.end(), [&](const std::string& ns) {
-      return name.find(ns) != std::string::npos;
+      return name.find(mangled ? std::to_string(ns.size()) + ns : ns + "::") != std::string::npos;
     });
     if (!known || its_own) shared.push_back(line.substr(type + 1));
   }
   return shared;
+}
+
+// The check itself, on a small library built by the host compiler: what a file defines in its
+// own namespace or globally is found, in demangled and in (too long to demangle) mangled form;
+// its entry point, its anonymous namespace and kforge's namespaces are not.
+TEST(CudaKernels, TheLinkageCheckFindsWhatAFileDefinesItself) {
+  const fs::path dir = test::temp_dir("linkage-check");
+  // kforge's namespace comes from a header, as in the library.
+  std::ofstream(dir / "header.h")
+      << "namespace kf { inline int shared_header(int x) { return x - 1; } }\n";
+  const std::string source =
+      "#include \"header.h\"\n"
+      "namespace mine { int helper(int x) { return x + 1; } }\n"
+      "int global_helper(int x) { return x * 2; }\n"
+      "template <int N> int scaled(int x) { return N * x; }\n"
+      "namespace { int hidden(int x) { return x ^ 3; } }\n"
+      "extern \"C\" int kforge_run(int x) {\n"
+      "  return mine::helper(x) + global_helper(x) + scaled<3>(x) + kf::shared_header(x) +\n"
+      "         hidden(x);\n"
+      "}\n";
+  std::ofstream(dir / "file.cpp") << source;
+  const CommandResult built =
+      run_command({"c++", "-shared", "-fPIC", "-O0", (dir / "file.cpp").string(), "-o",
+                   (dir / "file.so").string()});
+  ASSERT_TRUE(built.ok()) << built.output;
+  const std::string found =
+      fmt::format("{}", fmt::join(symbols_shared_between_variants(dir / "file.so", source), "\n"));
+  for (const char* name : {"mine::helper", "global_helper", "scaled<3>"})
+    EXPECT_NE(found.find(name), std::string::npos) << name << " in:\n" << found;
+  for (const char* name : {"kforge_run", "shared_header", "hidden"})
+    EXPECT_EQ(found.find(name), std::string::npos) << name << " in:\n" << found;
+  EXPECT_EQ(mangled_namespace("_ZN2kf17setup_gemm_deviceIN7cutlass4gemmEEEbiRNS_1XE"), "kf");
+  EXPECT_EQ(mangled_namespace("_ZNK4mine1fEv"), "mine");
+  EXPECT_EQ(demangled_namespace("int kf::f<cute::X>(mine::Y const&)"), "kf");
+  EXPECT_EQ(demangled_namespace("int f<cute::X>(int)"), "");
 }
 
 TEST_P(KernelCompiles, ForSm90aInItsFirstDtype) {
