@@ -174,6 +174,13 @@ fs::path default_cutlass_include_dir() {
   return fs::exists(unpacked / "cutlass" / "cutlass.h") ? unpacked : fs::path();
 }
 
+const std::vector<std::string>& cutlass_compile_flags() {
+  // CuTe's constexpr helpers are called from device code; NDEBUG keeps CUTLASS's asserts out of
+  // the kernels.
+  static const std::vector<std::string> flags = {"--expt-relaxed-constexpr", "-DNDEBUG"};
+  return flags;
+}
+
 fs::path library_kernels_dir() {
   return default_include_dir().parent_path() / "kernels";
 }
@@ -237,11 +244,8 @@ std::vector<std::string> Compiler::command_line(const KernelFile& file, const Va
     }
   }
   if (file.uses("cutlass")) {
-    // CuTe's constexpr helpers are called from device code; NDEBUG keeps CUTLASS's asserts out
-    // of the kernels.
     cmd.push_back("-I" + cutlass_include_dir(file).string());
-    cmd.push_back("--expt-relaxed-constexpr");
-    cmd.push_back("-DNDEBUG");
+    cmd.insert(cmd.end(), cutlass_compile_flags().begin(), cutlass_compile_flags().end());
   }
   cmd.push_back(elem_macro(variant.dtype));
   for (const auto& [name, value] : variant.params)

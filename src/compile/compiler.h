@@ -67,6 +67,9 @@ std::filesystem::path default_include_dir();
 // (.deps/nvidia-cutlass/cutlass_library/source/include beside include/); empty when neither
 // exists.
 std::filesystem::path default_cutlass_include_dir();
+// The nvcc flags a file that `uses: cutlass` is compiled with besides CUTLASS's include folder
+// (also what an export's build gives those files).
+const std::vector<std::string>& cutlass_compile_flags();
 // The library's kernel files (kernels/<op>/...), beside include/ in the source tree.
 std::filesystem::path library_kernels_dir();
 // The headers a kernel file names with #include "...": beside it, or else the shared header of

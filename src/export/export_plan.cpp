@@ -1,7 +1,6 @@
 #include "export/export_plan.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
@@ -78,6 +77,10 @@ bool dispatchable(const OpSpec& op) {
   }
 }
 
+bool in_key(const std::vector<DispatchDim>& key, const std::string& size) {
+  return std::any_of(key.begin(), key.end(), [&](const DispatchDim& d) { return d.size == size; });
+}
+
 std::optional<int64_t> scalar_as_size(double value) {
   constexpr double kExact = 9007199254740992.0;  // 2^53
   if (!(value >= -kExact && value <= kExact)) return std::nullopt;
@@ -115,31 +118,31 @@ std::optional<Sizes> dispatch_sizes(const std::vector<DispatchDim>& key,
 
 namespace {
 
-// The key's sizes out of a problem (completed first, so that kv_heads left at 0 reads as heads;
-// a named size the problem leaves out has its default).
-Sizes key_sizes(const OpSpec& op, const std::vector<DispatchDim>& key, const Sizes& sizes) {
-  Sizes completed = sizes;
-  op.complete_sizes(completed);
-  const Sizes defaults = op.named_size_defaults();
+// The key's sizes out of a problem made by `problem_at` (which may also hold derived sizes).
+Sizes key_sizes(const std::vector<DispatchDim>& key, const Sizes& sizes) {
   Sizes out;
-  for (const DispatchDim& d : key) {
-    const auto it = completed.find(d.size);
-    out[d.size] = it != completed.end() ? it->second : defaults.at(d.size);
-  }
+  for (const DispatchDim& d : key)
+    out[d.size] = sizes.at(d.size);
   return out;
 }
 
-// The named sizes outside the key whose value in `sizes` is not their default (a row at a
-// scale the key cannot tell apart), with those defaults.
-Sizes off_key_values(const OpSpec& op, const std::vector<DispatchDim>& key, const Sizes& sizes) {
-  Sizes off;
+// `sizes` as the export keys them, or nothing for a table row to leave out. A named size outside
+// the key chooses no variant: a table's row at another value than its default is left out (its
+// default row stands for it); a model's or a task's size is taken at the default. Named sizes
+// left out get their defaults, then the op completes the rest (kv_heads 0 becomes heads).
+std::optional<Sizes> problem_at(const OpSpec& op, const std::vector<DispatchDim>& key, Sizes sizes,
+                                bool from_table) {
   for (const auto& [size, fallback] : op.named_size_defaults()) {
-    const bool in_key =
-        std::any_of(key.begin(), key.end(), [&](const DispatchDim& d) { return d.size == size; });
     const auto it = sizes.find(size);
-    if (!in_key && it != sizes.end() && it->second != fallback) off[size] = fallback;
+    if (it == sizes.end()) {
+      sizes[size] = fallback;
+    } else if (!in_key(key, size) && it->second != fallback) {
+      if (from_table) return std::nullopt;
+      it->second = fallback;
+    }
   }
-  return off;
+  op.complete_sizes(sizes);
+  return sizes;
 }
 
 }  // namespace
@@ -169,26 +172,19 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
 
       // The sizes: the table's rows, then the extra ones, each once.
       std::vector<std::pair<Sizes, std::string>> sizes;
-      // A size outside the key chooses no variant: a table's row at another value than its
-      // default is left out (its default row stands for it), a model's or a task's size is
-      // taken at the default.
-      const auto add = [&](Sizes s, const std::string& source) {
-        const Sizes off = off_key_values(*op, key, s);
-        if (!off.empty() && source == "table") return;
-        for (const auto& [size, fallback] : off)
-          s[size] = fallback;
-        op->complete_sizes(s);
+      const auto add = [&](const Sizes& given, const std::string& source) {
+        std::optional<Sizes> s = problem_at(*op, key, given, source == "table");
+        if (!s) return;
         const bool seen = std::any_of(sizes.begin(), sizes.end(), [&](const auto& known) {
-          return key_sizes(*op, key, known.first) == key_sizes(*op, key, s);
+          return key_sizes(key, known.first) == key_sizes(key, *s);
         });
-        if (!seen) sizes.emplace_back(std::move(s), source);
+        if (!seen) sizes.emplace_back(std::move(*s), source);
       };
       if (request.table_sizes) {
         if (const auto location = find_tuned_table(name, dtype, plan.device_key)) {
           const nlohmann::json table = read_tuned_table(location->path);
           for (const auto& row : table.at("sizes")) {
-            if (!row.contains("sizes")) continue;
-            add(row.at("sizes").get<Sizes>(), "table");
+            if (row.contains("sizes")) add(row.at("sizes").get<Sizes>(), "table");
           }
         }
       }
@@ -198,7 +194,7 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
       const auto override_at = [&](const Sizes& problem) -> const ExportOverride* {
         for (const ExportOverride& o : request.overrides) {
           if (o.op == op && o.dtype == dtype &&
-              key_sizes(*op, key, o.sizes) == key_sizes(*op, key, problem))
+              key_sizes(key, *problem_at(*op, key, o.sizes, false)) == key_sizes(key, problem))
             return &o;
         }
         return nullptr;
@@ -244,8 +240,8 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
           out.variants.push_back(std::move(v));
           same = out.variants.end() - 1;
         }
-        out.rows.push_back({key_sizes(*op, key, problem),
-                            static_cast<int>(same - out.variants.begin()), source, reason});
+        out.rows.push_back({key_sizes(key, problem), static_cast<int>(same - out.variants.begin()),
+                            source, reason});
       }
       plan.ops.push_back(std::move(out));
     }

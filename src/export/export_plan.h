@@ -105,6 +105,9 @@ std::vector<DispatchDim> dispatch_key(const OpSpec& op);
 // Whether dispatch_key(op) exists: every size name of `op` is an input dimension.
 bool dispatchable(const OpSpec& op);
 
+// Whether `size` is one of `key`'s sizes.
+bool in_key(const std::vector<DispatchDim>& key, const std::string& size);
+
 // A call's scalar as a size of the dispatch key: rounded half away from zero, exactly as the
 // generated dispatch does; nothing for a value that is not finite or beyond 2^53.
 std::optional<int64_t> scalar_as_size(double value);

@@ -160,9 +160,7 @@ std::string export_header(const ExportPlan& plan, const ExportContext& context) 
       text += fmt::format(" *   {} sizes: {}\n", dtype_name(op.dtype), covered_shapes(op));
     }
     for (const auto& [size, fallback] : spec->named_size_defaults()) {
-      const bool in_key = std::any_of(first->key.begin(), first->key.end(),
-                                      [&](const DispatchDim& d) { return d.size == size; });
-      if (!in_key) {
+      if (!in_key(first->key, size)) {
         text += fmt::format(
             " *   {} is listed at its default but does not choose the variant: a call may pass "
             "any\n *   value in its scalars, and runs the variant of its other sizes\n",

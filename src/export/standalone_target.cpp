@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "compile/compiler.h"
 #include "core/error.h"
 #include "export/export_target.h"
 
@@ -38,8 +39,7 @@ std::string cmake_quoted(const std::string& text) {
   return out;
 }
 
-// The CMake lines that build the variants on CUTLASS as kforge's compiler does (its headers,
-// --expt-relaxed-constexpr, NDEBUG), for those sources alone; empty when no variant uses it.
+// Whether any variant is built on CUTLASS.
 bool uses_cutlass(const ExportPlan& plan) {
   return std::any_of(plan.ops.begin(), plan.ops.end(), [](const ExportOp& op) {
     return std::any_of(op.variants.begin(), op.variants.end(),
@@ -47,15 +47,22 @@ bool uses_cutlass(const ExportPlan& plan) {
   });
 }
 
-std::string cutlass_cmake(const ExportPlan& plan, const ExportContext& context) {
-  if (!uses_cutlass(plan)) return "";
+// The variants' sources as CMake list lines, those built on CUTLASS alone when `cutlass_only`.
+std::string variant_sources(const ExportPlan& plan, bool cutlass_only) {
   std::string sources;
   for (const ExportOp& op : plan.ops) {
     for (const ExportVariant& v : op.variants) {
-      if (v.uses_cutlass)
+      if (v.uses_cutlass || !cutlass_only)
         sources += fmt::format("    ${{KFORGE_EXPORT_DIR}}/variants/{}.cu\n", v.symbol);
     }
   }
+  return sources;
+}
+
+// The CMake lines that build the CUTLASS variants as kforge's compiler does (its headers and
+// cutlass_compile_flags()), for those sources alone; empty when no variant uses it.
+std::string cutlass_cmake(const ExportPlan& plan, const ExportContext& context) {
+  if (!uses_cutlass(plan)) return "";
   return fmt::format(
       "# Some variants are built on CUTLASS/CuTe (headers only): KFORGE_CUTLASS_INCLUDE is its\n"
       "# include/ folder, e.g. cutlass_library/source/include of `pip install nvidia-cutlass`.\n"
@@ -67,16 +74,14 @@ std::string cutlass_cmake(const ExportPlan& plan, const ExportContext& context) 
       "endif()\n"
       "set_source_files_properties(\n{}"
       "  PROPERTIES INCLUDE_DIRECTORIES \"${{KFORGE_CUTLASS_INCLUDE}}\"\n"
-      "  COMPILE_OPTIONS \"--expt-relaxed-constexpr;-DNDEBUG\")\n",
-      cmake_quoted(context.cutlass_include_dir.generic_string()), sources);
+      "  COMPILE_OPTIONS \"{}\")\n",
+      cmake_quoted(context.cutlass_include_dir.generic_string()), variant_sources(plan, true),
+      fmt::join(cutlass_compile_flags(), ";"));
 }
 
 std::string cmake_file(const ExportPlan& plan, const ExportContext& context) {
-  std::string sources = "    ${KFORGE_EXPORT_DIR}/src/kforge_dispatch.c\n";
-  for (const ExportOp& op : plan.ops) {
-    for (const ExportVariant& v : op.variants)
-      sources += fmt::format("    ${{KFORGE_EXPORT_DIR}}/variants/{}.cu\n", v.symbol);
-  }
+  const std::string sources =
+      "    ${KFORGE_EXPORT_DIR}/src/kforge_dispatch.c\n" + variant_sources(plan, false);
   return fmt::format(
       "# kforge export: tuned kernels for {}.\n"
       "# include() this file from a CMake project with the CUDA language enabled, then link the\n"
