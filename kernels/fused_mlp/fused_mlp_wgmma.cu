@@ -2,7 +2,8 @@
  * op: fused_mlp
  * backend: cuda
  * dtypes: bf16, f16
- * param: TILE_N = 128 in {64, 128}
+ * param: TILE_M = 128 in {128, 256}
+ * param: TILE_N = 128 in {64, 80, 96, 128}
  * param: STAGES = 4 in {2, 3, 4, 5, 6}
  * param: CLUSTER_M = 2 in {1, 2}
  * param: DOWN_TILE_N = 256 in {128, 256}
@@ -11,15 +12,19 @@
  * param: DOWN_SWIZZLE = 1 in {1, 2, 4, 8}
  * param: DOWN_SPLIT = 0 in {0, 1}
  * param: PERSISTENT = 0 in {0, 1}
- * # gate-up: each consumer warp group holds a 64 x 2 TILE_N fp32 accumulator, [gate | up]
- * # (a consumer gets 232 registers by setmaxnreg; 192 accumulators fit, 256 spill). Down: a
- * # 128 x DOWN_TILE_N cooperative tile, 64 x DOWN_TILE_N per warp group.
- * derive: ACC_REGS = 2 * 128 * TILE_N / 256
+ * # gate-up: each consumer warp group holds a TILE_M / 2 x 2 TILE_N fp32 accumulator,
+ * # [gate | up] (a consumer gets 232 registers by setmaxnreg; 192 accumulators fit, 256
+ * # spill). Down: a 128 x DOWN_TILE_N cooperative tile, 64 x DOWN_TILE_N per warp group.
+ * derive: ACC_REGS = 2 * TILE_M * TILE_N / 256
  * require: ACC_REGS <= 192
+ * # Each block of a cluster loads its share of a weight slice, TILE_N / CLUSTER_M rows; CuTe's
+ * # TMA partition of the half stage wants that share in 16-row pairs of swizzle atoms (80 and
+ * # 88 at CLUSTER_M 2, and 88 at 1, do not compile).
+ * require: TILE_N % (16 * CLUSTER_M) == 0
  * # shared memory: each kernel's ring of A and B stages (gate-up's B stage holds both weights'
  * # slices), plus (down) the TMA epilogue's two 128 x 32 staging buffers, barriers and
  * # alignment (static_asserts check both bounds).
- * derive: GATE_UP_SMEM = STAGES * (128 + 2 * TILE_N) * 64 * elem_bytes + 1024
+ * derive: GATE_UP_SMEM = STAGES * (TILE_M + 2 * TILE_N) * 64 * elem_bytes + 1024
  * derive: DOWN_EPI_SMEM = 2 * 128 * 32 * elem_bytes
  * derive: DOWN_SMEM = DOWN_STAGES * (128 + DOWN_TILE_N) * 64 * elem_bytes + DOWN_EPI_SMEM + 1024
  * derive: SMEM_BYTES = max(GATE_UP_SMEM, DOWN_SMEM)
@@ -38,8 +43,8 @@
 // Idea: two kernels instead of eager's five (gate GEMM, up GEMM, silu, mul, down GEMM).
 //
 //   1. gate-up (a kernel written here on CUTLASS's warp-specialized TMA + wgmma mainloop):
-//      one block owns a 128 x TILE_N tile of h. Its producer thread loads, per K slice, x's
-//      128 x 64 slice and TILE_N rows of w_gate and of w_up stacked into one 2 TILE_N x 64
+//      one block owns a TILE_M x TILE_N tile of h. Its producer thread loads, per K slice,
+//      x's TILE_M x 64 slice and TILE_N rows of w_gate and of w_up stacked into one 2 TILE_N x 64
 //      operand in the same ring stage. The two consumer warp groups multiply x by the stacked
 //      operand with 64 x 2 TILE_N wgmmas (256 wide at TILE_N 128: the widest, most efficient
 //      shape) into one accumulator holding [gate | up] for the same columns of h, so x is
@@ -61,7 +66,13 @@
 // other shapes take a plain path (one thread per output, fp32 sums; correct, slow).
 //
 // Tunables:
-//   TILE_N            columns of h per gate-up block (rows: 128, two 64-row warp groups).
+//   TILE_M            rows of h per gate-up block: 128 (each consumer warp group one 64-row
+//                     wgmma atom) or 256 (two each, so a weight slice in shared memory serves
+//                     twice the rows).
+//   TILE_N            columns of h per gate-up block. With TILE_M 256 the accumulators cap it
+//                     at 96; the widths between 64 and 128 let the tile count fill the last
+//                     wave (2048 x 11008 in 256 x 96 tiles: 920 tiles, 6.97 waves of 132 SMs;
+//                     in 128 x 128 tiles, 1376 tiles, 10.42 waves, the last 42% busy).
 //   STAGES            depth of the gate-up ring (48 KB a stage at TILE_N 128; one block per
 //                     SM either way, as 384 threads take the whole register file).
 //   CLUSTER_M         gate-up blocks per cluster along M, sharing weight slices by multicast.
@@ -102,10 +113,10 @@ constexpr int kAlignment = 16 / int(sizeof(Element));  // TMA's 16-byte rule, in
 
 // ---- 1. gate-up --------------------------------------------------------------------------------
 
-constexpr int kTileM = 128;  // rows of h per block: two consumer warp groups of 64
-constexpr int kTileK = 64;   // 64 16-bit elements: one 128-byte swizzle row
-// What the consumers multiply: x's 128 x 64 slice by the stacked [w_gate rows; w_up rows]
-// slice, 2 * TILE_N x 64, into one 128 x 2 TILE_N accumulator: [gate | up].
+constexpr int kTileM = TILE_M;  // rows of h per block: two consumer warp groups side by side
+constexpr int kTileK = 64;      // 64 16-bit elements: one 128-byte swizzle row
+// What the consumers multiply: x's TILE_M x 64 slice by the stacked [w_gate rows; w_up rows]
+// slice, 2 * TILE_N x 64, into one TILE_M x 2 TILE_N accumulator: [gate | up].
 using StackedTile = cute::Shape<cute::Int<kTileM>, cute::Int<2 * TILE_N>, cute::Int<kTileK>>;
 // What one weight's TMA loads: TILE_N rows of w_gate or of w_up.
 using HalfTile = cute::Shape<cute::Int<kTileM>, cute::Int<TILE_N>, cute::Int<kTileK>>;
@@ -150,7 +161,7 @@ struct GateUpShared {
   typename GateUpMainloop::TensorStorage tensors;  // first: the swizzled tiles want alignment
   alignas(16) typename GateUpMainloop::PipelineStorage pipeline;
 };
-static_assert(sizeof(GateUpShared) <= STAGES * (128 + 2 * TILE_N) * 64 * sizeof(Element) + 1024,
+static_assert(sizeof(GateUpShared) <= STAGES * (kTileM + 2 * TILE_N) * 64 * sizeof(Element) + 1024,
               "the header's GATE_UP_SMEM bound");
 
 struct GateUpParams {
@@ -276,33 +287,44 @@ __global__ void __launch_bounds__(kGateUpThreads, 1)
   GateUpTiledMma tiled_mma;
   GateUpMainloop mainloop;
   GateUpPipelineState read;
-  // A thread's (row, column) in the stacked tile for each accumulator value.
-  Tensor coords = tiled_mma.get_thread_slice(consumer_idx)
-                      .partition_C(make_identity_tensor(take<0, 2>(StackedTile{})));
   for_each_tile(p, [&](int m, int n) {
     Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(StackedTile{}));  // [gate | up]
     mainloop.mma(pipeline, read, acc, k_tiles, consumer_idx, shared.tensors, p.stacked);
     mainloop.mma_tail(pipeline, read, k_tiles);  // every wgmma retired, every stage released
     read.advance(k_tiles);
 
-    // h = silu(gate) * up. One wgmma atom covers a warp group's 64 x 2 TILE_N: a thread holds
-    // column pairs (c, c + 1) every 8 columns, so its fragment's first half is gate columns
-    // and the second half the same columns of up, TILE_N / 2 values later.
-    static_assert(decltype(size<1>(acc))::value == 1 && decltype(size<2>(acc))::value == 1,
-                  "one wgmma atom per warp group");
-    constexpr int kHalf = decltype(size(acc))::value / 2;
-    static_assert(kHalf == TILE_N / 2, "TILE_N / 2 gate values per thread");
+    // A thread's (row, column) in the stacked tile for each accumulator value, worked out
+    // after the mainloop from an index the compiler cannot see through: hoisted out of the
+    // tile loop, these coordinates were held through the mainloop and, beside 192
+    // accumulators (256 x 96), spilled.
+    int thread = consumer_idx;
+    asm volatile("" : "+r"(thread));
+    Tensor coords = tiled_mma.get_thread_slice(thread).partition_C(
+        make_identity_tensor(take<0, 2>(StackedTile{})));
+
+    // h = silu(gate) * up. A wgmma atom covers 64 rows x 2 TILE_N of a warp group's rows (one
+    // atom at TILE_M 128, two at 256): a thread holds column pairs (c, c + 1) every 8 columns,
+    // so the first half of its values in an atom are gate columns and the second half the same
+    // columns of up, TILE_N / 2 values later.
+    static_assert(decltype(size<2>(acc))::value == 1, "one wgmma atom across 2 TILE_N");
+    constexpr int kAtomsM = decltype(size<1>(acc))::value;
+    static_assert(kAtomsM * 128 == kTileM, "two warp groups of 64-row atoms along M");
+    constexpr int kHalf = decltype(size<0>(acc))::value / 2;
+    static_assert(kHalf == TILE_N / 2, "TILE_N / 2 gate values per thread and atom");
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kHalf; i += 2) {
-      const auto [r, c] = coords(i);  // c + 1 at i + 1
-      const int64_t row = int64_t(m) * kTileM + r;
-      const int64_t col = int64_t(n) * TILE_N + c;
-      if (row >= p.batch || col >= p.hidden) continue;
-      cutlass::AlignedArray<Element, 2> pair;
-      pair[0] = Element(silu(acc(i)) * acc(i + kHalf));
-      pair[1] = Element(silu(acc(i + 1)) * acc(i + 1 + kHalf));
-      // hidden is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
-      *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(p.h + row * p.hidden + col) = pair;
+    for (int a = 0; a < kAtomsM; ++a) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kHalf; i += 2) {
+        const auto [r, c] = coords(i, a, 0);  // c + 1 at i + 1
+        const int64_t row = int64_t(m) * kTileM + r;
+        const int64_t col = int64_t(n) * TILE_N + c;
+        if (row >= p.batch || col >= p.hidden) continue;
+        cutlass::AlignedArray<Element, 2> pair;
+        pair[0] = Element(silu(acc(i, a, 0)) * acc(i + kHalf, a, 0));
+        pair[1] = Element(silu(acc(i + 1, a, 0)) * acc(i + 1 + kHalf, a, 0));
+        // hidden is a multiple of 8 and col even: the pair is 4-byte aligned, within the row.
+        *reinterpret_cast<cutlass::AlignedArray<Element, 2>*>(p.h + row * p.hidden + col) = pair;
+      }
     }
   });
 #endif
