@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "tune/library.h"
 
 namespace kforge {
@@ -38,18 +39,28 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
     ParamValues params;
     for (const auto& [param, value] : params_json.items())
       params[param] = value.get<long long>();
+    // What a recorded check covers is the file's text as it was: after any edit the variant is
+    // checked again.
+    const std::string source_hash = hash_hex(file->source);
+    const auto is_variant = [&](const nlohmann::json& row) {
+      return row.value("file", nlohmann::json()) == name &&
+             row.value("params", nlohmann::json::object()) == params_json;
+    };
     for (const DType dtype : dtypes) {
-      // A variant checked in this dtype before (every row of it) is not checked again.
+      // A variant checked in this dtype before, in this text (every row of it), is not checked
+      // again.
       const bool checked_before = std::all_of(rows.begin(), rows.end(), [&](const auto& row) {
-        return row.value("file", nlohmann::json()) != name ||
-               row.value("params", nlohmann::json::object()) != params_json ||
-               (row.contains("checks") && row.at("checks").contains(dtype_name(dtype)));
+        return !is_variant(row) || row_checked_text(row, dtype, source_hash);
       });
       if (checked_before) {
         lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", "-", dtype_name(dtype),
                                     name, params_json.dump()));
         continue;
       }
+      const bool earlier_text = std::any_of(rows.begin(), rows.end(), [&](const auto& row) {
+        return is_variant(row) && row.contains("checks") &&
+               row.at("checks").contains(dtype_name(dtype));
+      });
       CheckOptions check;
       check.seed = options.seed;
       check.dtypes = {dtype};
@@ -65,10 +76,12 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
               ? "PASS (five stages)"
               : fmt::format("FAIL ({}): {}", verdict_name(report.verdict), report.detail);
       if (!report.passed()) ++failed;
-      const int updated =
-          record_table_check(table_path, name, params_json, dtype, result, report.seed);
-      lines.push_back(fmt::format("{:<5} {:<4} {} {}  ({} rows)", report.passed() ? "PASS" : "FAIL",
-                                  dtype_name(dtype), name, params_json.dump(), updated));
+      const int updated = record_table_check(table_path, name, params_json, dtype, result,
+                                             report.seed, source_hash);
+      lines.push_back(fmt::format("{:<5} {:<4} {} {}  ({} rows{})", report.passed() ? "PASS" : "FAIL",
+                                  dtype_name(dtype), name, params_json.dump(), updated,
+                                  earlier_text ? "; checked before in another text of the file"
+                                               : ""));
     }
   }
   fmt::print("\n{} ({} variants):\n", table_path.string(), variants.size());

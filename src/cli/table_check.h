@@ -19,7 +19,7 @@ struct TableCheckOptions {
 };
 
 // Checks every distinct variant of the table at `table` in each of `dtypes` (variants already
-// checked there are skipped), records each result in the table's rows and prints one line per
+// checked there in the file's current text are skipped), records each result in the table's rows and prints one line per
 // variant and dtype. Returns the number of checks that failed.
 int check_table_variants(const std::filesystem::path& table, const std::vector<DType>& dtypes,
                          const DeviceFlags& device, const TableCheckOptions& options);

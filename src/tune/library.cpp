@@ -77,6 +77,28 @@ nlohmann::json read_tuned_table(const fs::path& path) {
   }
 }
 
+namespace {
+
+// `row` with the checks of `old` (the row it replaces) that cover the same variant and file text
+// and that `row` does not have itself.
+nlohmann::json with_checks_kept(const nlohmann::json& row, const nlohmann::json& old) {
+  const std::string text = row_source_hash(row);
+  if (text.empty() || !old.contains("checks") ||
+      row.value("file", nlohmann::json()) != old.value("file", nlohmann::json()) ||
+      row.value("params", nlohmann::json()) != old.value("params", nlohmann::json())) {
+    return row;
+  }
+  nlohmann::json kept = row;
+  for (const auto& [dtype, check] : old.at("checks").items()) {
+    if (check.value("source_hash", std::string()) != text) continue;
+    if (!kept.contains("checks") || !kept.at("checks").contains(dtype))
+      kept["checks"][dtype] = check;
+  }
+  return kept;
+}
+
+}  // namespace
+
 nlohmann::json write_tuned_table(const fs::path& path, const OpSpec& op, DType dtype,
                                  const std::string& device, const std::string& strategy,
                                  const nlohmann::json& rows, bool merge) {
@@ -97,7 +119,7 @@ nlohmann::json write_tuned_table(const fs::path& path, const OpSpec& op, DType d
       return r.value("shape", std::string()) == row.at("shape").get<std::string>();
     });
     if (same != written.end()) {
-      *same = row;
+      *same = with_checks_kept(row, *same);
     } else {
       written.push_back(row);
     }
@@ -203,8 +225,21 @@ bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype)
   return row.at("checks").at(name).value("result", std::string()).starts_with("PASS");
 }
 
+std::string row_source_hash(const nlohmann::json& row) {
+  const std::string key = row.value("variant_key", std::string());
+  return key.substr(0, key.find('|'));
+}
+
+bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash) {
+  const auto checks = row.find("checks");
+  if (source_hash.empty() || checks == row.end() || !checks->contains(dtype_name(dtype)))
+    return false;
+  return checks->at(dtype_name(dtype)).value("source_hash", std::string()) == source_hash;
+}
+
 int record_table_check(const fs::path& path, const std::string& file, const nlohmann::json& params,
-                       DType dtype, const std::string& result, uint64_t seed) {
+                       DType dtype, const std::string& result, uint64_t seed,
+                       const std::string& source_hash) {
   nlohmann::json table = read_tuned_table(path);
   int updated = 0;
   for (auto& row : table.at("sizes")) {
@@ -214,6 +249,7 @@ int record_table_check(const fs::path& path, const std::string& file, const nloh
     }
     row["checks"][std::string(dtype_name(dtype))] = {{"result", result},
                                                      {"seed", seed},
+                                                     {"source_hash", source_hash},
                                                      {"git_sha", git_state().sha},
                                                      {"checked_at", utc_timestamp()}};
     ++updated;

@@ -61,7 +61,8 @@ nlohmann::json read_tuned_table(const std::filesystem::path& path);
 // Writes `rows` as the table of `op` in `dtype` on `device` at `path` and returns the rows
 // written. With `merge`, the rows of other sizes in the table already at `path` are kept (each
 // of `rows` replaces the row of its size or is added after them); that table must be for the
-// same op, dtype and device, else UsageError.
+// same op, dtype and device, else UsageError. A row that replaces one of the same variant
+// (file, parameters and file text) keeps the checks recorded in it of that text.
 nlohmann::json write_tuned_table(const std::filesystem::path& path, const OpSpec& op, DType dtype,
                                  const std::string& device, const std::string& strategy,
                                  const nlohmann::json& rows, bool merge);
@@ -71,11 +72,19 @@ nlohmann::json write_tuned_table(const std::filesystem::path& path, const OpSpec
 bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype);
 
 // Records a five-stage check `result` ("PASS ..." or "FAIL ...") of `dtype` in every row of the
-// table at `path` that runs `file` (a file name) with exactly `params`. The table is rewritten
+// table at `path` that runs `file` (a file name) with exactly `params`, with `source_hash`, the
+// hash of the file's text that was checked (Variant::source_hash). The table is rewritten
 // atomically. Returns the number of rows updated.
 int record_table_check(const std::filesystem::path& path, const std::string& file,
                        const nlohmann::json& params, DType dtype, const std::string& result,
-                       uint64_t seed);
+                       uint64_t seed, const std::string& source_hash);
+
+// The hash of the file text a row's variant was tuned with (the first field of its
+// variant_key); empty for a row without one.
+std::string row_source_hash(const nlohmann::json& row);
+// Whether a row holds a check in `dtype` of the file text with hash `source_hash`. A check
+// recorded without a hash (before checks named one) is of an unknown text: false.
+bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash);
 
 // "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200-cc-9-0": safe in a file name.
 std::string file_name_slug(std::string text);

@@ -17,6 +17,7 @@
 
 #include "compile/compiler.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/process.h"
 #include "device/backend.h"
 #include "device/launch_limits.h"
@@ -399,17 +400,19 @@ TEST_F(LibraryChoiceTest, SameWidthDtypeBorrowsOnlyRowsCheckedInIt) {
 
   // Both rows running UNROLL=8 get the pass; the chunked row gets a failure.
   EXPECT_EQ(record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 8}}, DType::f16,
-                               "PASS (five stages)", 7),
+                               "PASS (five stages)", 7, "text-1"),
             2);
   EXPECT_EQ(
       record_table_check(table, "rmsnorm_chunked_cpu.cpp", json{{"CHUNK", 256}, {"UNROLL", 2}},
-                         DType::f16, "FAIL (WRONG): x", 7),
+                         DType::f16, "FAIL (WRONG): x", 7, "text-1"),
       1);
   EXPECT_EQ(
-      record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 4}}, DType::f16, "PASS", 7), 0);
+      record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 4}}, DType::f16, "PASS", 7, "x"),
+      0);
   const json rows = read_tuned_table(table).at("sizes");
   EXPECT_EQ(rows[0].at("checks").at("f16").at("result"), "PASS (five stages)");
   EXPECT_EQ(rows[0].at("checks").at("f16").at("seed"), 7);
+  EXPECT_EQ(rows[0].at("checks").at("f16").at("source_hash"), "text-1");
   EXPECT_TRUE(row_serves_dtype(rows[0], DType::bf16, DType::f16));
   EXPECT_TRUE(row_serves_dtype(rows[0], DType::bf16, DType::bf16));
   EXPECT_FALSE(row_serves_dtype(rows[0], DType::bf16, DType::f32));
@@ -590,6 +593,88 @@ CommandResult run_kforge(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {test::kforge_binary()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_command(argv, std::chrono::minutes(5));
+}
+
+// A tune that writes a row of the same variant again keeps the checks recorded in the old row
+// of the same file text, and only those: another text's, and any check of another variant, go.
+TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
+  json old_row = table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5);
+  old_row["variant_key"] = "text-a|UNROLL=8|f32|cpu|";
+  old_row["checks"] = {{"f16", {{"result", "PASS (five stages)"}, {"source_hash", "text-a"}}},
+                       {"bf16", {{"result", "PASS (five stages)"}, {"source_hash", "text-0"}}},
+                       {"f64", {{"result", "PASS (five stages)"}}}};
+  const fs::path table = write_table({old_row});
+  const OpSpec& op = *find_op("rmsnorm");
+  const std::string device = device_key(cpu_device_info());
+  const auto rewrite = [&](const json& row) {
+    write_text(table, json{{"op", "rmsnorm"},
+                           {"dtype", "f32"},
+                           {"device", device},
+                           {"sizes", json::array({old_row})}}
+                          .dump());
+    return write_tuned_table(table, op, DType::f32, device, "given", json::array({row}), true)
+        .at(0);
+  };
+
+  json same = table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 118.0);
+  same["variant_key"] = "text-a|UNROLL=8|f32|cpu|";
+  const json kept = rewrite(same);
+  EXPECT_EQ(kept.at("time_us"), 118.0);
+  ASSERT_TRUE(kept.contains("checks")) << kept.dump();
+  EXPECT_EQ(kept.at("checks").size(), 1u) << kept.dump();
+  EXPECT_EQ(kept.at("checks").at("f16").at("source_hash"), "text-a");
+  EXPECT_TRUE(row_checked_text(kept, DType::f16, "text-a"));
+  EXPECT_FALSE(row_checked_text(kept, DType::f16, "text-b"));
+  EXPECT_FALSE(row_checked_text(kept, DType::f16, ""));
+  EXPECT_FALSE(row_checked_text(old_row, DType::f64, "text-a"));  // recorded without a text
+
+  json own = same;  // a row with a check of its own keeps it
+  own["checks"] = {{"f16", {{"result", "FAIL (WRONG): x"}, {"source_hash", "text-a"}}}};
+  EXPECT_EQ(rewrite(own).at("checks").at("f16").at("result"), "FAIL (WRONG): x");
+
+  json edited = same;  // the file changed since
+  edited["variant_key"] = "text-b|UNROLL=8|f32|cpu|";
+  EXPECT_FALSE(rewrite(edited).contains("checks"));
+  json other = same;  // another variant at the size
+  other["params"] = {{"UNROLL", 4}};
+  EXPECT_FALSE(rewrite(other).contains("checks"));
+}
+
+// `kforge check --table` records the text it checked, skips a variant checked in the file's
+// present text, and checks it again once the file has changed.
+TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileChanges) {
+  const fs::path root = make_library_tree("table-check-text");
+  const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
+  const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
+  json row = table_row(64, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 1.0);
+  row["checks"] = {{"f32", {{"result", "PASS (five stages)"}, {"seed", 1}}}};  // no text named
+  const fs::path table = write_table({row});
+  const fs::path kernel = root / "kernels" / "rmsnorm" / "rmsnorm_cpu.cpp";
+  const auto check = [&](int seed) {
+    const CommandResult r = run_kforge({"check", "--table", table.string(), "--dtype", "f32",
+                                        "--backend", "cpu", "--seed", std::to_string(seed)});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  const auto recorded = [&] { return read_tuned_table(table).at("sizes").at(0).at("checks"); };
+  const std::string text = hash_hex(read_text(kernel));
+
+  std::string out = check(11);
+  EXPECT_NE(out.find("PASS  f32"), std::string::npos) << out;
+  EXPECT_NE(out.find("checked before in another text of the file"), std::string::npos) << out;
+  EXPECT_EQ(recorded().at("f32").at("seed"), 11);
+  EXPECT_EQ(recorded().at("f32").at("source_hash"), text);
+
+  out = check(12);
+  EXPECT_NE(out.find("(checked before)"), std::string::npos) << out;
+  EXPECT_EQ(recorded().at("f32").at("seed"), 11);
+
+  write_text(kernel, read_text(kernel) + "// an edit\n");
+  out = check(13);
+  EXPECT_NE(out.find("PASS  f32"), std::string::npos) << out;
+  EXPECT_EQ(recorded().at("f32").at("seed"), 13);
+  EXPECT_EQ(recorded().at("f32").at("source_hash"), hash_hex(read_text(kernel)));
+  EXPECT_NE(recorded().at("f32").at("source_hash"), text);
 }
 
 // `kforge build rmsnorm --sizes all` with a table for two of the five benchmark sizes:
