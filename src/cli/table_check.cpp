@@ -78,10 +78,10 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
       if (!report.passed()) ++failed;
       const int updated = record_table_check(table_path, name, params_json, dtype, result,
                                              report.seed, source_hash);
-      lines.push_back(fmt::format("{:<5} {:<4} {} {}  ({} rows{})", report.passed() ? "PASS" : "FAIL",
-                                  dtype_name(dtype), name, params_json.dump(), updated,
-                                  earlier_text ? "; checked before in another text of the file"
-                                               : ""));
+      lines.push_back(
+          fmt::format("{:<5} {:<4} {} {}  ({} rows{})", report.passed() ? "PASS" : "FAIL",
+                      dtype_name(dtype), name, params_json.dump(), updated,
+                      earlier_text ? "; checked before in another text of the file" : ""));
     }
   }
   fmt::print("\n{} ({} variants):\n", table_path.string(), variants.size());

@@ -19,8 +19,8 @@ struct TableCheckOptions {
 };
 
 // Checks every distinct variant of the table at `table` in each of `dtypes` (variants already
-// checked there in the file's current text are skipped), records each result in the table's rows and prints one line per
-// variant and dtype. Returns the number of checks that failed.
+// checked there in the file's current text are skipped), records each result in the table's rows
+// and prints one line per variant and dtype. Returns the number of checks that failed.
 int check_table_variants(const std::filesystem::path& table, const std::vector<DType>& dtypes,
                          const DeviceFlags& device, const TableCheckOptions& options);
 

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "compile/compiler.h"
+#include "compile/linkage.h"
 #include "core/error.h"
 #include "export/export_target.h"
 
@@ -341,6 +342,33 @@ std::string readme(const ExportPlan& plan, const ExportContext& context) {
       rows);
 }
 
+// The library's kernel files are held to the linkage rule by the compile test; a file from
+// elsewhere (a loop task's best) is compiled here (kforge's cache usually has it) and refused
+// when it defines code of its own with external linkage, which one library of variants cannot
+// hold twice.
+void refuse_shared_symbols(const ExportPlan& plan) {
+  const std::string library = fs::weakly_canonical(library_kernels_dir()).string() + "/";
+  const Compiler compiler;
+  for (const ExportOp& op : plan.ops) {
+    for (const ExportVariant& v : op.variants) {
+      if (fs::weakly_canonical(v.file).string().starts_with(library)) continue;
+      const KernelFile file = KernelFile::load(v.file);
+      const CompileResult built = compiler.compile(file, v.variant);
+      if (!built.ok)
+        throw Error(fmt::format("{} does not compile: {}", v.variant.describe(), built.log));
+      const std::vector<std::string> shared =
+          symbols_shared_between_variants(built.module, file.source);
+      if (shared.empty()) continue;
+      throw Error(fmt::format(
+          "{} defines these with external linkage:\n  {}\nThe standalone export links it into "
+          "one library beside the library's variants of the op, where the linker would refuse "
+          "the second copy or keep one for all. Make them static or put them in an anonymous "
+          "namespace (docs/kernel-format.md), or export without that file.",
+          v.file.filename().string(), fmt::join(shared, "\n  ")));
+    }
+  }
+}
+
 class StandaloneTarget final : public ExportTarget {
  public:
   std::string_view name() const override { return "standalone"; }
@@ -350,6 +378,7 @@ class StandaloneTarget final : public ExportTarget {
 
   std::vector<fs::path> write(const ExportPlan& plan, const ExportContext& context,
                               const fs::path& out) const override {
+    refuse_shared_symbols(plan);
     std::vector<fs::path> written;
     copy_export_sources(plan, context, out, written);
     write_export_file(out, "include/kforge_export.h", export_header(plan, context), written);

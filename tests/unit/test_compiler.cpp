@@ -5,8 +5,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <regex>
-#include <set>
 #include <sstream>
 #include <vector>
 
@@ -15,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "compile/compiler.h"
+#include "compile/linkage.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/process.h"
@@ -199,79 +198,6 @@ TEST(CudaKernels, TheRepositoryHasKernelFilesToCompile) {
 // file: ctest spreads the compiles over the cores beside the other tests, CMake starts these
 // first (the long CUTLASS ones leading), and each file has the test timeout to itself.
 class KernelCompiles : public ::testing::TestWithParam<fs::path> {};
-
-// The namespace a mangled name starts in ("kf" of _ZN2kf17setup_gemm_device...), for the names
-// the demangler gives up on (CUTLASS's longest); empty when it is in none.
-std::string mangled_namespace(const std::string& name) {
-  static const std::regex nested(R"(^_ZN[rVKRO]*(\d+))");
-  std::smatch m;
-  if (!std::regex_search(name, m, nested)) return "";
-  const size_t length = std::stoul(m[1].str());
-  const size_t start = static_cast<size_t>(m.length(0));
-  return start + length <= name.size() ? name.substr(start, length) : "";
-}
-
-// The namespace a demangled name is in: the identifier before its first "::" outside template
-// arguments and parameters ("kf" of "int kf::f<cute::X>(...)"); empty for a global name.
-std::string demangled_namespace(const std::string& name) {
-  int depth = 0;
-  for (size_t i = 0; i + 1 < name.size(); ++i) {
-    const char c = name[i];
-    if (c == '<' || c == '(') ++depth;
-    if (c == '>' || c == ')') --depth;
-    if (depth == 0 && c == ':' && name[i + 1] == ':') {
-      size_t begin = i;
-      while (begin > 0 &&
-             (std::isalnum(static_cast<unsigned char>(name[begin - 1])) || name[begin - 1] == '_'))
-        --begin;
-      return name.substr(begin, i - begin);
-    }
-  }
-  return "";
-}
-
-// The symbols a compiled module defines with external linkage that come from its kernel file:
-// anything in a namespace the file itself opens (templates of CUTLASS or CuTe instantiated on
-// its types included), and anything else but its entry point, the C++ and CUDA runtimes,
-// CUTLASS/CuTe and kforge's headers (include/kforge and the op folders' headers, whose code
-// depends on no tunable). What a file keeps in an anonymous namespace is internal.
-std::vector<std::string> symbols_shared_between_variants(const fs::path& module,
-                                                         const std::string& source) {
-  std::vector<std::string> own;  // the namespaces the file opens
-  const std::regex opened(R"(\bnamespace\s+([A-Za-z_]\w*)\s*\{)");
-  for (auto it = std::sregex_iterator(source.begin(), source.end(), opened);
-       it != std::sregex_iterator(); ++it) {
-    own.push_back((*it)[1].str());
-  }
-  const CommandResult nm =
-      run_command({"nm", "-C", "--defined-only", "--extern-only", module.string()});
-  EXPECT_TRUE(nm.ok()) << nm.output;
-  static const std::set<std::string> outside_namespaces = {
-      "std",    "cute", "cutlass", "__gnu_cxx", "cub",
-      "thrust", "cuda", "kf",      "kf_bulk",   "kf_attention"};
-  static const std::vector<std::string> outside_names = {
-      "kforge_run", "__cxx",  "_init", "_fini",    "__bss_start", "_edata",
-      "_end",       "__cuda", "__nv",  "__fatbin", "typeinfo",    "vtable"};
-  std::vector<std::string> shared;
-  std::istringstream lines(nm.output);
-  for (std::string line; std::getline(lines, line);) {
-    // "ADDRESS TYPE NAME"
-    const size_t type = line.find(' ');
-    if (type == std::string::npos || type + 3 > line.size()) continue;
-    std::string name = line.substr(type + 3);
-    if (name.starts_with("guard variable for ")) name = name.substr(19);
-    const bool mangled = name.starts_with("_Z");
-    const std::string space = mangled ? mangled_namespace(name) : demangled_namespace(name);
-    const bool known = outside_namespaces.contains(space) ||
-                       std::any_of(outside_names.begin(), outside_names.end(),
-                                   [&](const std::string& p) { return name.starts_with(p); });
-    const bool its_own = std::any_of(own.begin(), own.end(), [&](const std::string& ns) {
-      return name.find(mangled ? std::to_string(ns.size()) + ns : ns + "::") != std::string::npos;
-    });
-    if (!known || its_own) shared.push_back(line.substr(type + 1));
-  }
-  return shared;
-}
 
 // The check itself, on a small library built by the host compiler: what a file defines in its
 // own namespace or globally is found, in demangled and in (too long to demangle) mangled form;

@@ -598,6 +598,32 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
   EXPECT_EQ(r.output.find("\nsoftmax "), std::string::npos)
       << "softmax was not asked for and has nothing kept: " << r.output;
 
+  // A kept file that defines a function of its own with external linkage is refused by name:
+  // beside the library's variants in one library it would collide.
+  const fs::path ws_shared = dir / "ws-shared";
+  const fs::path shared_task = ws_shared / "task-01-rmsnorm";
+  fs::create_directories(shared_task);
+  fs::copy_file(kept_task / "task.json", shared_task / "task.json");
+  {
+    TaskJournal journal = TaskJournal::open(shared_task, starter);
+    journal.begin(test::read_text(starter) + "int kept_helper(int x) { return x + 1; }\n",
+                  "scripted", "a global helper");
+    ExperimentRecord kept;
+    kept.verdict = "KEEP";
+    kept.kept = true;
+    kept.time_us = 8;
+    kept.fields["best"] = {{"median_us", 10.0}};
+    journal.finish(kept);
+  }
+  const CommandResult refused = run_command(
+      {test::kforge_binary(), "export", "--workspace", ws_shared.string(), "--ceilings",
+       (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string(), "--out",
+       (dir / "export-shared").string()});
+  EXPECT_FALSE(refused.ok()) << refused.output;
+  EXPECT_NE(refused.output.find("defines these with external linkage"), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("kept_helper"), std::string::npos) << refused.output;
+
   // The torch target leaves out an op it has no torch op for (here from --shape), and refuses
   // one named on the command line.
   const std::string ceilings =
