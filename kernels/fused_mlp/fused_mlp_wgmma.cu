@@ -113,7 +113,7 @@ constexpr int kAlignment = 16 / int(sizeof(Element));  // TMA's 16-byte rule, in
 
 // ---- 1. gate-up --------------------------------------------------------------------------------
 
-constexpr int kTileM = TILE_M;  // rows of h per block: two consumer warp groups side by side
+constexpr int kTileM = TILE_M;  // rows of h per block, over two consumer warp groups
 constexpr int kTileK = 64;      // 64 16-bit elements: one 128-byte swizzle row
 // What the consumers multiply: x's TILE_M x 64 slice by the stacked [w_gate rows; w_up rows]
 // slice, 2 * TILE_N x 64, into one TILE_M x 2 TILE_N accumulator: [gate | up].
@@ -302,10 +302,10 @@ __global__ void __launch_bounds__(kGateUpThreads, 1)
     Tensor coords = tiled_mma.get_thread_slice(thread).partition_C(
         make_identity_tensor(take<0, 2>(StackedTile{})));
 
-    // h = silu(gate) * up. A wgmma atom covers 64 rows x 2 TILE_N of a warp group's rows (one
-    // atom at TILE_M 128, two at 256): a thread holds column pairs (c, c + 1) every 8 columns,
-    // so the first half of its values in an atom are gate columns and the second half the same
-    // columns of up, TILE_N / 2 values later.
+    // h = silu(gate) * up. A wgmma atom is 64 rows x 2 TILE_N; each warp group holds one atom
+    // (TILE_M 128) or two, 128 rows apart (TILE_M 256). In an atom a thread holds column pairs
+    // (c, c + 1) every 8 columns, so the first half of its values there are gate columns and
+    // the second half the same columns of up, TILE_N / 2 values later.
     static_assert(decltype(size<2>(acc))::value == 1, "one wgmma atom across 2 TILE_N");
     constexpr int kAtomsM = decltype(size<1>(acc))::value;
     static_assert(kAtomsM * 128 == kTileM, "two warp groups of 64-row atoms along M");

@@ -40,8 +40,8 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
     for (const auto& [param, value] : params_json.items())
       params[param] = value.get<long long>();
     // What a recorded check covers is the file's text as it was: after any edit the variant is
-    // checked again.
-    const std::string source_hash = hash_hex(file->source);
+    // checked again. (The text of the file alone: an edit to a header it includes goes unseen.)
+    const std::string source_hash = hash_hex(session.file.source);
     const auto is_variant = [&](const nlohmann::json& row) {
       return row.value("file", nlohmann::json()) == name &&
              row.value("params", nlohmann::json::object()) == params_json;
@@ -58,8 +58,8 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
         continue;
       }
       const bool earlier_text = std::any_of(rows.begin(), rows.end(), [&](const auto& row) {
-        return is_variant(row) && row.contains("checks") &&
-               row.at("checks").contains(dtype_name(dtype));
+        const auto text = row_check_text(row, dtype);
+        return is_variant(row) && text && *text != source_hash;
       });
       CheckOptions check;
       check.seed = options.seed;

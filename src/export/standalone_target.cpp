@@ -10,6 +10,7 @@
 //   OUT/kernels/<op>/             the kernel files, unmodified
 //   OUT/kforge_export.json        the plan: device, variants, rows, provenance
 #include <algorithm>
+#include <cstdio>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -343,9 +344,9 @@ std::string readme(const ExportPlan& plan, const ExportContext& context) {
 }
 
 // The library's kernel files are held to the linkage rule by the compile test; a file from
-// elsewhere (a loop task's best) is compiled here (kforge's cache usually has it) and refused
-// when it defines code of its own with external linkage, which one library of variants cannot
-// hold twice.
+// elsewhere (a loop task's best, staged under another name) is compiled here and refused when it
+// defines code of its own with external linkage, which could collide with the library's variants
+// of the op in the export's one library.
 void refuse_shared_symbols(const ExportPlan& plan) {
   const std::string library = fs::weakly_canonical(library_kernels_dir()).string() + "/";
   const Compiler compiler;
@@ -353,6 +354,8 @@ void refuse_shared_symbols(const ExportPlan& plan) {
     for (const ExportVariant& v : op.variants) {
       if (fs::weakly_canonical(v.file).string().starts_with(library)) continue;
       const KernelFile file = KernelFile::load(v.file);
+      fmt::print(stderr, "{}: compiling it to check what it links (nvcc)\n",
+                 v.file.filename().string());
       const CompileResult built = compiler.compile(file, v.variant);
       if (!built.ok)
         throw Error(fmt::format("{} does not compile: {}", v.variant.describe(), built.log));
@@ -361,9 +364,10 @@ void refuse_shared_symbols(const ExportPlan& plan) {
       if (shared.empty()) continue;
       throw Error(fmt::format(
           "{} defines these with external linkage:\n  {}\nThe standalone export links it into "
-          "one library beside the library's variants of the op, where the linker would refuse "
-          "the second copy or keep one for all. Make them static or put them in an anonymous "
-          "namespace (docs/kernel-format.md), or export without that file.",
+          "one library beside the library's variants of the op, where a name both define would "
+          "collide: the linker refuses the second copy or, for inline and template code, keeps "
+          "one for all. Make them static or put them in an anonymous namespace "
+          "(docs/kernel-format.md), or export without that file.",
           v.file.filename().string(), fmt::join(shared, "\n  ")));
     }
   }

@@ -79,20 +79,34 @@ nlohmann::json read_tuned_table(const fs::path& path) {
 
 namespace {
 
+// The text hash a check entry names; empty for one that names none (or is malformed).
+std::string check_source_hash(const nlohmann::json& check) {
+  if (!check.is_object()) return "";
+  const auto hash = check.find("source_hash");
+  return hash != check.end() && hash->is_string() ? hash->get<std::string>() : "";
+}
+
+// A row's checks, by dtype name; null when it has none (or they are malformed).
+const nlohmann::json* row_checks(const nlohmann::json& row) {
+  const auto checks = row.find("checks");
+  return checks != row.end() && checks->is_object() ? &*checks : nullptr;
+}
+
 // `row` with the checks of `old` (the row it replaces) that cover the same variant and file text
 // and that `row` does not have itself.
 nlohmann::json with_checks_kept(const nlohmann::json& row, const nlohmann::json& old) {
   const std::string text = row_source_hash(row);
-  if (text.empty() || !old.contains("checks") ||
+  const nlohmann::json* old_checks = row_checks(old);
+  if (text.empty() || !old_checks ||
       row.value("file", nlohmann::json()) != old.value("file", nlohmann::json()) ||
       row.value("params", nlohmann::json()) != old.value("params", nlohmann::json())) {
     return row;
   }
   nlohmann::json kept = row;
-  for (const auto& [dtype, check] : old.at("checks").items()) {
-    if (check.value("source_hash", std::string()) != text) continue;
-    if (!kept.contains("checks") || !kept.at("checks").contains(dtype))
-      kept["checks"][dtype] = check;
+  for (const auto& [dtype, check] : old_checks->items()) {
+    if (check_source_hash(check) != text) continue;
+    const nlohmann::json* own = row_checks(kept);
+    if (!own || !own->contains(dtype)) kept["checks"][dtype] = check;
   }
   return kept;
 }
@@ -103,23 +117,38 @@ nlohmann::json write_tuned_table(const fs::path& path, const OpSpec& op, DType d
                                  const std::string& device, const std::string& strategy,
                                  const nlohmann::json& rows, bool merge) {
   nlohmann::json written = nlohmann::json::array();
-  if (merge && fs::exists(path)) {
-    const nlohmann::json old = read_tuned_table(path);
+  nlohmann::json old_rows = nlohmann::json::array();  // the table's rows before, if it is this one
+  if (fs::exists(path)) {
+    // A table written whole over an old one keeps only the old one's matching checks, and needs
+    // nothing else from it: one it cannot read is simply replaced.
+    nlohmann::json old;
+    try {
+      old = read_tuned_table(path);
+    } catch (const Error&) {
+      if (merge) throw;
+    }
     const auto field = [&](const char* key) { return old.value(key, std::string("?")); };
-    if (field("op") != op.name() || field("dtype") != dtype_name(dtype) ||
-        field("device") != device) {
+    const bool same_table = old.is_object() && field("op") == op.name() &&
+                            field("dtype") == dtype_name(dtype) && field("device") == device;
+    if (merge && !same_table) {
       throw UsageError(fmt::format("{} is a table for {} {} on {}, not {} {} on {}", path.string(),
                                    field("op"), field("dtype"), field("device"), op.name(),
                                    dtype_name(dtype), device));
     }
-    written = old.at("sizes");
+    if (same_table) old_rows = old.at("sizes");
+    if (merge) written = old_rows;
   }
-  for (const auto& row : rows) {
-    const auto same = std::find_if(written.begin(), written.end(), [&](const nlohmann::json& r) {
+  const auto at_shape = [](nlohmann::json& table_rows, const nlohmann::json& row) {
+    return std::find_if(table_rows.begin(), table_rows.end(), [&](const nlohmann::json& r) {
       return r.value("shape", std::string()) == row.at("shape").get<std::string>();
     });
+  };
+  for (nlohmann::json row : rows) {
+    if (const auto old = at_shape(old_rows, row); old != old_rows.end())
+      row = with_checks_kept(row, *old);
+    const auto same = at_shape(written, row);
     if (same != written.end()) {
-      *same = with_checks_kept(row, *same);
+      *same = row;
     } else {
       written.push_back(row);
     }
@@ -226,15 +255,20 @@ bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype)
 }
 
 std::string row_source_hash(const nlohmann::json& row) {
-  const std::string key = row.value("variant_key", std::string());
-  return key.substr(0, key.find('|'));
+  const auto key = row.find("variant_key");
+  if (key == row.end() || !key->is_string()) return "";
+  const std::string text = key->get<std::string>();
+  return text.substr(0, text.find('|'));
+}
+
+std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype) {
+  const nlohmann::json* checks = row_checks(row);
+  if (!checks || !checks->contains(dtype_name(dtype))) return std::nullopt;
+  return check_source_hash(checks->at(dtype_name(dtype)));
 }
 
 bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash) {
-  const auto checks = row.find("checks");
-  if (source_hash.empty() || checks == row.end() || !checks->contains(dtype_name(dtype)))
-    return false;
-  return checks->at(dtype_name(dtype)).value("source_hash", std::string()) == source_hash;
+  return !source_hash.empty() && row_check_text(row, dtype) == source_hash;
 }
 
 int record_table_check(const fs::path& path, const std::string& file, const nlohmann::json& params,

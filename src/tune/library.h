@@ -61,8 +61,9 @@ nlohmann::json read_tuned_table(const std::filesystem::path& path);
 // Writes `rows` as the table of `op` in `dtype` on `device` at `path` and returns the rows
 // written. With `merge`, the rows of other sizes in the table already at `path` are kept (each
 // of `rows` replaces the row of its size or is added after them); that table must be for the
-// same op, dtype and device, else UsageError. A row that replaces one of the same variant
-// (file, parameters and file text) keeps the checks recorded in it of that text.
+// same op, dtype and device, else UsageError. A row written where the table at `path` (of the
+// same op, dtype and device, merged or not) had one of the same variant at its size (file,
+// parameters and file text) keeps the checks recorded there of that text.
 nlohmann::json write_tuned_table(const std::filesystem::path& path, const OpSpec& op, DType dtype,
                                  const std::string& device, const std::string& strategy,
                                  const nlohmann::json& rows, bool merge);
@@ -82,8 +83,11 @@ int record_table_check(const std::filesystem::path& path, const std::string& fil
 // The hash of the file text a row's variant was tuned with (the first field of its
 // variant_key); empty for a row without one.
 std::string row_source_hash(const nlohmann::json& row);
+// The text hash a row's check in `dtype` names: nullopt when the row has no such check, empty
+// when the check names none (recorded before checks named one).
+std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype);
 // Whether a row holds a check in `dtype` of the file text with hash `source_hash`. A check
-// recorded without a hash (before checks named one) is of an unknown text: false.
+// recorded without a hash is of an unknown text: false.
 bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash);
 
 // "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200-cc-9-0": safe in a file name.

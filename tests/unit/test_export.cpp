@@ -559,6 +559,7 @@ namespace {
 // nothing kept is left to the library, and says so.
 TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
   const fs::path dir = test::temp_dir("export-workspace");
+  ::setenv("KFORGE_CACHE_DIR", (dir / "cache").c_str(), 1);
   const fs::path ws = dir / "ws";
   const fs::path kept_task = ws / "task-01-rmsnorm";
   const fs::path idle_task = ws / "task-02-softmax";

@@ -606,13 +606,13 @@ TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
   const fs::path table = write_table({old_row});
   const OpSpec& op = *find_op("rmsnorm");
   const std::string device = device_key(cpu_device_info());
-  const auto rewrite = [&](const json& row) {
+  const auto rewrite = [&](const json& row, bool merge = true) {
     write_text(table, json{{"op", "rmsnorm"},
                            {"dtype", "f32"},
                            {"device", device},
                            {"sizes", json::array({old_row})}}
                           .dump());
-    return write_tuned_table(table, op, DType::f32, device, "given", json::array({row}), true)
+    return write_tuned_table(table, op, DType::f32, device, "given", json::array({row}), merge)
         .at(0);
   };
 
@@ -627,6 +627,10 @@ TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
   EXPECT_FALSE(row_checked_text(kept, DType::f16, "text-b"));
   EXPECT_FALSE(row_checked_text(kept, DType::f16, ""));
   EXPECT_FALSE(row_checked_text(old_row, DType::f64, "text-a"));  // recorded without a text
+  EXPECT_EQ(row_check_text(old_row, DType::f64), "");
+  EXPECT_EQ(row_check_text(old_row, DType::i32), std::nullopt);
+  // A whole table written over (`--sizes all`) keeps them the same way.
+  EXPECT_EQ(rewrite(same, false).at("checks"), kept.at("checks"));
 
   json own = same;  // a row with a check of its own keeps it
   own["checks"] = {{"f16", {{"result", "FAIL (WRONG): x"}, {"source_hash", "text-a"}}}};
@@ -638,6 +642,16 @@ TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
   json other = same;  // another variant at the size
   other["params"] = {{"UNROLL", 4}};
   EXPECT_FALSE(rewrite(other).contains("checks"));
+
+  // Malformed checks are no checks, not an error.
+  old_row["checks"] = {{"f16", "PASS"}, {"bf16", {{"source_hash", 7}}}};
+  EXPECT_FALSE(rewrite(same).contains("checks"));
+  EXPECT_EQ(row_check_text(old_row, DType::f16), "");
+  old_row["checks"] = json::array({1, 2});
+  EXPECT_FALSE(rewrite(same).contains("checks"));
+  EXPECT_FALSE(row_checked_text(old_row, DType::f16, "text-a"));
+  old_row["variant_key"] = 3;
+  EXPECT_EQ(row_source_hash(old_row), "");
 }
 
 // `kforge check --table` records the text it checked, skips a variant checked in the file's
