@@ -185,6 +185,11 @@ fs::path library_kernels_dir() {
   return default_include_dir().parent_path() / "kernels";
 }
 
+bool is_library_file(const fs::path& path) {
+  const std::string library = fs::weakly_canonical(library_kernels_dir()).string() + "/";
+  return fs::weakly_canonical(path).string().starts_with(library);
+}
+
 fs::path default_include_dir() {
   if (const char* env = std::getenv("KFORGE_INCLUDE_DIR")) return env;
   // The binary lives in build/<preset>/; the headers in include/ at the source root.

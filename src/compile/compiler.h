@@ -72,6 +72,8 @@ std::filesystem::path default_cutlass_include_dir();
 const std::vector<std::string>& cutlass_compile_flags();
 // The library's kernel files (kernels/<op>/...), beside include/ in the source tree.
 std::filesystem::path library_kernels_dir();
+// Whether `path` lies in library_kernels_dir() (links resolved).
+bool is_library_file(const std::filesystem::path& path);
 // The headers a kernel file names with #include "...": beside it, or else the shared header of
 // a library op folder of that name (kernels/matmul/matmul_common.cuh), so that a copy of a
 // library file (a loop task's, a KernelBench task's) compiles wherever it is.

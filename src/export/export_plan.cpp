@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <ranges>
 
 #include <fmt/format.h>
 
@@ -82,8 +83,7 @@ bool in_key(const std::vector<DispatchDim>& key, const std::string& size) {
 }
 
 std::optional<int64_t> scalar_as_size(double value) {
-  constexpr double kExact = 9007199254740992.0;  // 2^53
-  if (!(value >= -kExact && value <= kExact)) return std::nullopt;
+  if (!(value >= -kLargestScalarSize && value <= kLargestScalarSize)) return std::nullopt;
   return static_cast<int64_t>(value < 0 ? value - 0.5 : value + 0.5);
 }
 
@@ -191,17 +191,21 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
       for (const auto& [extra_op, extra] : request.extra_sizes) {
         if (extra_op == op) add(extra, "plan");
       }
+      // The overrides of this op and dtype, each with its key's sizes.
+      std::vector<std::pair<Sizes, const ExportOverride*>> overrides;
+      for (const ExportOverride& o : request.overrides) {
+        if (o.op == op && o.dtype == dtype)
+          overrides.emplace_back(key_sizes(key, *problem_at(*op, key, o.sizes, false)), &o);
+      }
       const auto override_at = [&](const Sizes& problem) -> const ExportOverride* {
-        for (const ExportOverride& o : request.overrides) {
-          if (o.op == op && o.dtype == dtype &&
-              key_sizes(key, *problem_at(*op, key, o.sizes, false)) == key_sizes(key, problem))
-            return &o;
+        const Sizes at = key_sizes(key, problem);
+        for (const auto& [override_key, o] : overrides) {
+          if (override_key == at) return o;
         }
         return nullptr;
       };
-      for (const ExportOverride& o : request.overrides) {
-        if (o.op == op && o.dtype == dtype) add(o.sizes, "loop");
-      }
+      for (const ExportOverride* o : std::views::values(overrides))
+        add(o->sizes, "loop");
       if (sizes.empty()) {
         throw UsageError(fmt::format(
             "{} {}: no sizes to export (no table for {} and no plan shapes): tune it first "

@@ -109,7 +109,8 @@ bool dispatchable(const OpSpec& op);
 bool in_key(const std::vector<DispatchDim>& key, const std::string& size);
 
 // A call's scalar as a size of the dispatch key: rounded half away from zero, exactly as the
-// generated dispatch does; nothing for a value that is not finite or beyond 2^53.
+// generated dispatch does; nothing for a value that is not finite or beyond kLargestScalarSize.
+inline constexpr double kLargestScalarSize = 9007199254740992.0;  // 2^53: doubles are exact
 std::optional<int64_t> scalar_as_size(double value);
 
 // The dispatch key's values for tensors of `shapes` (one per input) and `scalars`, or nothing

@@ -178,7 +178,7 @@ std::string export_header(const ExportPlan& plan, const ExportContext& context) 
 
 std::string dispatch_source(const ExportPlan& plan, const ExportContext& context) {
   std::string text = fmt::format(
-      "/* kforge export: size -> variant dispatch for {}.\n"
+      "/* kforge export: size -> variant dispatch for {0}.\n"
       " * Written by `kforge export`; export again rather than edit. */\n"
       "#include <stddef.h>\n\n#include \"kforge_export.h\"\n\n"
       "typedef int (*kf_export_entry)(const kf_args*);\n\n"
@@ -203,7 +203,7 @@ std::string dispatch_source(const ExportPlan& plan, const ExportContext& context
       "static int64_t kf_export_scalar(const kf_args* args, int index) {{\n"
       "  if (args->scalars == NULL || args->num_scalars <= index) return -1;\n"
       "  const double v = args->scalars[index];\n"
-      "  if (!(v >= -9007199254740992.0 && v <= 9007199254740992.0)) return -1;\n"
+      "  if (!(v >= -{1:.1f} && v <= {1:.1f})) return -1;\n"
       "  return (int64_t)(v < 0 ? v - 0.5 : v + 0.5);\n"
       "}}\n\n"
       "static const kf_export_row* kf_export_find(const kf_export_row* rows, size_t count,\n"
@@ -215,7 +215,7 @@ std::string dispatch_source(const ExportPlan& plan, const ExportContext& context
       "  }}\n"
       "  return NULL;\n"
       "}}\n",
-      export_provenance(plan, context));
+      export_provenance(plan, context), kLargestScalarSize);
   for (const OpSpec* spec : distinct_ops(plan)) {
     const std::string name(spec->name());
     const ExportOp* first = nullptr;

@@ -348,11 +348,10 @@ std::string readme(const ExportPlan& plan, const ExportContext& context) {
 // defines code of its own with external linkage, which could collide with the library's variants
 // of the op in the export's one library.
 void refuse_shared_symbols(const ExportPlan& plan) {
-  const std::string library = fs::weakly_canonical(library_kernels_dir()).string() + "/";
   const Compiler compiler;
   for (const ExportOp& op : plan.ops) {
     for (const ExportVariant& v : op.variants) {
-      if (fs::weakly_canonical(v.file).string().starts_with(library)) continue;
+      if (is_library_file(v.file)) continue;
       const KernelFile file = KernelFile::load(v.file);
       fmt::print(stderr, "{}: compiling it to check what it links (nvcc)\n",
                  v.file.filename().string());

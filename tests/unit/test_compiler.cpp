@@ -249,9 +249,7 @@ TEST_P(KernelCompiles, ForSm90aInItsFirstDtype) {
   EXPECT_TRUE(r.ok) << variant.describe() << "\n" << r.log;
   EXPECT_FALSE(r.resources.functions.empty()) << variant.describe();
   std::cout << variant.describe() << ": " << r.seconds << " s\n";
-  const fs::path kernels = fs::weakly_canonical(test::kernels_dir());
-  const bool library_file = fs::weakly_canonical(GetParam()).string().starts_with(kernels.string());
-  if (r.ok && library_file) {
+  if (r.ok && is_library_file(GetParam())) {
     const std::vector<std::string> shared = symbols_shared_between_variants(r.module, file.source);
     EXPECT_TRUE(shared.empty())
         << GetParam().filename().string()

@@ -554,6 +554,20 @@ TEST(ExportPlan, TakesAModelsShapesFromItsPlan) {
 namespace kforge {
 namespace {
 
+// Writes `task`'s journal as the loop would after keeping `text` (a change to `starter`): 8 us
+// against its start's 10.
+void keep_in_journal(const fs::path& task, const fs::path& starter, const std::string& text,
+                     const std::string& note) {
+  TaskJournal journal = TaskJournal::open(task, starter);
+  journal.begin(text, "scripted", note);
+  ExperimentRecord kept;
+  kept.verdict = "KEEP";
+  kept.kept = true;
+  kept.time_us = 8;
+  kept.fields["best"] = {{"median_us", 10.0}};
+  journal.finish(kept);
+}
+
 // `kforge export --workspace WS`: a task with a kept experiment exports its best file at its
 // size (named after the task), beside the library's variants at the tables' sizes; a task with
 // nothing kept is left to the library, and says so.
@@ -570,21 +584,13 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
   std::ofstream(idle_task / "task.json")
       << R"({"op": "softmax", "shape": "3000x1000", "dtype": "bf16"})";
   const fs::path starter = library_kernels_dir() / starter_kernel("rmsnorm", true, DType::bf16);
-  {
-    TaskJournal journal = TaskJournal::open(kept_task, starter);
-    journal.begin(test::read_text(starter) + "// kept by the loop\n", "scripted", "a marker");
-    ExperimentRecord kept;
-    kept.verdict = "KEEP";
-    kept.kept = true;
-    kept.time_us = 8;
-    kept.fields["best"] = {{"median_us", 10.0}};
-    journal.finish(kept);
-  }
+  keep_in_journal(kept_task, starter, test::read_text(starter) + "// kept by the loop\n",
+                  "a marker");
+  const std::string ceilings =
+      (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string();
   const fs::path out = dir / "export";
-  const CommandResult r = run_command(
-      {test::kforge_binary(), "export", "--workspace", ws.string(), "--ceilings",
-       (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string(), "--out",
-       out.string()});
+  const CommandResult r = run_command({test::kforge_binary(), "export", "--workspace", ws.string(),
+                                       "--ceilings", ceilings, "--out", out.string()});
   ASSERT_TRUE(r.ok()) << r.output;
   EXPECT_NE(r.output.find("task-02-softmax (softmax 3000x1000): nothing kept"), std::string::npos)
       << r.output;
@@ -605,21 +611,12 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
   const fs::path shared_task = ws_shared / "task-01-rmsnorm";
   fs::create_directories(shared_task);
   fs::copy_file(kept_task / "task.json", shared_task / "task.json");
-  {
-    TaskJournal journal = TaskJournal::open(shared_task, starter);
-    journal.begin(test::read_text(starter) + "int kept_helper(int x) { return x + 1; }\n",
-                  "scripted", "a global helper");
-    ExperimentRecord kept;
-    kept.verdict = "KEEP";
-    kept.kept = true;
-    kept.time_us = 8;
-    kept.fields["best"] = {{"median_us", 10.0}};
-    journal.finish(kept);
-  }
-  const CommandResult refused = run_command(
-      {test::kforge_binary(), "export", "--workspace", ws_shared.string(), "--ceilings",
-       (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string(), "--out",
-       (dir / "export-shared").string()});
+  keep_in_journal(shared_task, starter,
+                  test::read_text(starter) + "int kept_helper(int x) { return x + 1; }\n",
+                  "a global helper");
+  const CommandResult refused =
+      run_command({test::kforge_binary(), "export", "--workspace", ws_shared.string(), "--ceilings",
+                   ceilings, "--out", (dir / "export-shared").string()});
   EXPECT_FALSE(refused.ok()) << refused.output;
   EXPECT_NE(refused.output.find("defines these with external linkage"), std::string::npos)
       << refused.output;
@@ -627,8 +624,6 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
 
   // The torch target leaves out an op it has no torch op for (here from --shape), and refuses
   // one named on the command line.
-  const std::string ceilings =
-      (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string();
   const CommandResult torch = run_command(
       {test::kforge_binary(), "export", "--workspace", ws.string(), "--target", "torch", "--shape",
        "matmul:256x128x512", "--ceilings", ceilings, "--out", (dir / "torch").string()});
