@@ -267,12 +267,38 @@ void sweep_orphans() {
   }
 }
 
+namespace {
+
+// Whether thread `tid` of this process is still live: listed, and not yet exiting. The kernel
+// sets PF_EXITING (field 9 of stat, the task's flags) when a thread starts to exit, before
+// pthread_join can return for it; such a thread never runs user code again.
+bool thread_is_live(const char* tid) {
+  constexpr unsigned kExitingFlag = 0x4;  // PF_EXITING, include/linux/sched.h
+  std::ifstream in(fmt::format("/proc/self/task/{}/stat", tid));
+  std::string stat;
+  if (!std::getline(in, stat)) return false;  // gone since the listing
+  // The name (field 2) is in parentheses and may hold spaces or ')': fields resume after the
+  // last ')'.
+  const size_t close = stat.rfind(')');
+  char state = 0;
+  int ppid = 0, group = 0, session = 0, tty = 0, tty_group = 0;
+  unsigned flags = 0;
+  if (close == std::string::npos ||
+      std::sscanf(stat.c_str() + close + 1, " %c %d %d %d %d %d %u", &state, &ppid, &group,
+                  &session, &tty, &tty_group, &flags) != 7) {
+    return true;  // unreadable fields: counted, so that nothing running is missed
+  }
+  return (flags & kExitingFlag) == 0 && state != 'Z' && state != 'X';
+}
+
+}  // namespace
+
 int count_own_threads() {
   DIR* dir = opendir("/proc/self/task");
   if (!dir) return -1;
   int n = 0;
   while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
+    if (e->d_name[0] != '.' && thread_is_live(e->d_name)) ++n;
   }
   closedir(dir);
   return n;
