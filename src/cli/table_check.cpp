@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
-#include "core/hash.h"
 #include "tune/library.h"
 
 namespace kforge {
@@ -39,9 +38,9 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
     ParamValues params;
     for (const auto& [param, value] : params_json.items())
       params[param] = value.get<long long>();
-    // What a recorded check covers is the file's text as it was: after any edit the variant is
-    // checked again. (The text of the file alone: an edit to a header it includes goes unseen.)
-    const std::string source_hash = hash_hex(session.file.source);
+    // What a recorded check covers is the file's code as it was, its text and the project
+    // headers it includes: after an edit to any of them the variant is checked again.
+    const std::string& source_hash = session.file.text_hash;
     const auto is_variant = [&](const nlohmann::json& row) {
       return row.value("file", nlohmann::json()) == name &&
              row.value("params", nlohmann::json::object()) == params_json;

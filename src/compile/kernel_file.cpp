@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "compile/kernel_text.h"
 #include "core/error.h"
 
 namespace kforge {
@@ -284,6 +285,7 @@ KernelFile KernelFile::parse(const std::string& text, const std::filesystem::pat
   KernelFile file;
   file.path = path;
   file.source = text;
+  file.text_hash = kernel_text_hash(text, path);
   HeaderParser(file, path.string()).parse(text);
   return file;
 }

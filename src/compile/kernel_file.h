@@ -47,6 +47,9 @@ struct Requirement {
 struct KernelFile {
   std::filesystem::path path;
   std::string source;
+  // The hash of the code it compiles from: its text and the project headers it includes
+  // (kernel_text_hash). What a check or a timing of the file stands for.
+  std::string text_hash;
   std::string op;
   Backend backend = Backend::cuda;
   std::vector<DType> dtypes;

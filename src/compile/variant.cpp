@@ -2,14 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "core/hash.h"
-
 namespace kforge {
 
 Variant Variant::make(const KernelFile& file, const ParamValues& params, DType dtype,
                       const std::string& arch) {
   Variant v;
-  v.source_hash = hash_hex(file.source);
+  v.source_hash = file.text_hash;
   v.file_name = file.path.filename().string();
   v.params = params;
   v.dtype = dtype;

@@ -11,7 +11,7 @@
 namespace kforge {
 
 struct Variant {
-  std::string source_hash;  // hash of the kernel file's text
+  std::string source_hash;  // KernelFile::text_hash: the file's text and its project headers
   std::string file_name;    // for people; not part of the identity
   ParamValues params;       // tunables and derived values
   DType dtype = DType::f32;

@@ -1,11 +1,15 @@
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "compile/kernel_file.h"
+#include "compile/kernel_text.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/json_file.h"
 #include "device/launch_limits.h"
 #include "test_support.h"
@@ -80,6 +84,32 @@ TEST(KernelFile, EveryLibraryFileParsesAndItsDefaultsHold) {
     }
   }
   EXPECT_GT(files, 20);
+}
+
+// A file's code is its text and the project headers it includes, found where the compiler finds
+// them (beside the including file, then kforge's include/), through other headers too; names
+// found nowhere and <...> headers are not part of it. Its hash follows an edit to any of them.
+TEST(KernelFile, ItsCodeCoversTheProjectHeadersItIncludes) {
+  const std::filesystem::path dir = test::temp_dir("kernel-text");
+  const std::filesystem::path kernel = dir / "k.cpp";
+  std::ofstream(dir / "mine.h") << "#include \"kforge/elem_cpu.h\"\nint mine;\n";
+  std::string source = kValid;
+  source += "#include <cstdint>\n#include \"mine.h\"\n#include \"absent.h\"\n";
+  std::ofstream(kernel) << source;
+
+  std::vector<std::string> names;
+  for (const IncludedHeader& h : included_project_headers(source, kernel))
+    names.push_back(h.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"mine.h", "kforge/elem_cpu.h", "kforge/kernel.h"}));
+
+  const KernelFile file = KernelFile::load(kernel);
+  EXPECT_EQ(file.text_hash, kernel_text_hash(source, kernel));
+  EXPECT_NE(file.text_hash, hash_hex(source));
+  std::ofstream(dir / "mine.h") << "#include \"kforge/elem_cpu.h\"\nint mine2;\n";
+  EXPECT_NE(KernelFile::load(kernel).text_hash, file.text_hash);
+
+  // A file that includes no project header is its text alone.
+  EXPECT_EQ(KernelFile::parse(kValid, dir / "plain.cpp").text_hash, hash_hex(kValid));
 }
 
 TEST(KernelFile, ResolvesParamsAndDerivedValues) {

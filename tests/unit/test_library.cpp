@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compile/compiler.h"
+#include "compile/kernel_text.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/process.h"
@@ -654,9 +655,10 @@ TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
   EXPECT_EQ(row_source_hash(old_row), "");
 }
 
-// `kforge check --table` records the text it checked, skips a variant checked in the file's
-// present text, and checks it again once the file has changed.
-TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileChanges) {
+// `kforge check --table` records the code it checked (the file's text and the headers it
+// includes), skips a variant checked in that code, and checks it again once the file or a header
+// it includes has changed.
+TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileOrAHeaderChanges) {
   const fs::path root = make_library_tree("table-check-text");
   const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
   const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
@@ -664,6 +666,7 @@ TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileChanges) {
   row["checks"] = {{"f32", {{"result", "PASS (five stages)"}, {"seed", 1}}}};  // no text named
   const fs::path table = write_table({row});
   const fs::path kernel = root / "kernels" / "rmsnorm" / "rmsnorm_cpu.cpp";
+  const fs::path header = root / "include" / "kforge" / "elem_cpu.h";
   const auto check = [&](int seed) {
     const CommandResult r = run_kforge({"check", "--table", table.string(), "--dtype", "f32",
                                         "--backend", "cpu", "--seed", std::to_string(seed)});
@@ -671,13 +674,15 @@ TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileChanges) {
     return r.output;
   };
   const auto recorded = [&] { return read_tuned_table(table).at("sizes").at(0).at("checks"); };
-  const std::string text = hash_hex(read_text(kernel));
+  const auto code = [&] { return kernel_text_hash(read_text(kernel), kernel); };
+  const std::string first_code = code();
+  EXPECT_NE(first_code, hash_hex(read_text(kernel)));  // it covers the header too
 
   std::string out = check(11);
   EXPECT_NE(out.find("PASS  f32"), std::string::npos) << out;
   EXPECT_NE(out.find("checked before in another text of the file"), std::string::npos) << out;
   EXPECT_EQ(recorded().at("f32").at("seed"), 11);
-  EXPECT_EQ(recorded().at("f32").at("source_hash"), text);
+  EXPECT_EQ(recorded().at("f32").at("source_hash"), first_code);
 
   out = check(12);
   EXPECT_NE(out.find("(checked before)"), std::string::npos) << out;
@@ -687,8 +692,16 @@ TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileChanges) {
   out = check(13);
   EXPECT_NE(out.find("PASS  f32"), std::string::npos) << out;
   EXPECT_EQ(recorded().at("f32").at("seed"), 13);
-  EXPECT_EQ(recorded().at("f32").at("source_hash"), hash_hex(read_text(kernel)));
-  EXPECT_NE(recorded().at("f32").at("source_hash"), text);
+  const std::string edited_code = code();
+  EXPECT_EQ(recorded().at("f32").at("source_hash"), edited_code);
+  EXPECT_NE(edited_code, first_code);
+
+  write_text(header, read_text(header) + "// an edit of a header the file includes\n");
+  out = check(14);
+  EXPECT_NE(out.find("PASS  f32"), std::string::npos) << out;
+  EXPECT_EQ(recorded().at("f32").at("seed"), 14);
+  EXPECT_EQ(recorded().at("f32").at("source_hash"), code());
+  EXPECT_NE(code(), edited_code);
 }
 
 // `kforge build rmsnorm --sizes all` with a table for two of the five benchmark sizes:

@@ -1,0 +1,34 @@
+// What a kernel file's code is made of: its own text and the text of every project header it
+// includes. A record that stands for "this code" (a tuner's timing, a table's check) is keyed by
+// the hash of all of it, so that an edit to a shared header (kforge/cutlass_gemm.cuh, an op
+// folder's *_common.cuh) makes the records of every file that includes it stale, as an edit to
+// the file itself does.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kforge {
+
+// One header a kernel file's code includes: as it was spelled, where it was found, its text.
+struct IncludedHeader {
+  std::string name;  // as in the #include line, e.g. "kforge/elem_cuda.cuh"
+  std::filesystem::path path;
+  std::string text;
+};
+
+// The project headers `source` (the text of a kernel file at `path`) includes, directly or
+// through another: every #include "NAME" found where the compiler finds it (beside the file that
+// includes it, in kforge's include/, beside the kernel file, in an op folder of the library).
+// Each appears once, in the order first met. Names found nowhere are not project headers (the
+// compiler resolves or refuses them), and headers named with <...> (system, CUDA, CUTLASS) are
+// covered by the toolchain's and CUTLASS's versions in the compile cache instead.
+std::vector<IncludedHeader> included_project_headers(const std::string& source,
+                                                     const std::filesystem::path& path);
+
+// The hash of a kernel file's code: its text alone when it includes no project header, else its
+// text with each included header's name and text.
+std::string kernel_text_hash(const std::string& source, const std::filesystem::path& path);
+
+}  // namespace kforge
