@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "core/process.h"
@@ -78,6 +79,16 @@ std::vector<std::string> symbols_shared_between_variants(const std::filesystem::
     if (!known || its_own) shared.push_back(line.substr(type + 1));
   }
   return shared;
+}
+
+std::string describe_shared_symbols(const std::string& file_name,
+                                    const std::vector<std::string>& shared) {
+  return fmt::format(
+      "{} defines these with external linkage:\n  {}\nThe standalone export links it into one "
+      "library beside the library's variants of the op, where a name both define would collide: "
+      "the linker refuses the second copy or, for inline and template code, keeps one for all. "
+      "Make them static or put them in an anonymous namespace (docs/kernel-format.md).",
+      file_name, fmt::join(shared, "\n  "));
 }
 
 }  // namespace kforge

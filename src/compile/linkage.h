@@ -21,6 +21,11 @@ namespace kforge {
 std::vector<std::string> symbols_shared_between_variants(const std::filesystem::path& module,
                                                          const std::string& source);
 
+// Why a file (`file_name`) whose module defines `shared` (symbols_shared_between_variants) cannot
+// go into a standalone export, and the fix.
+std::string describe_shared_symbols(const std::string& file_name,
+                                    const std::vector<std::string>& shared);
+
 // The namespace a mangled name starts in ("kf" of _ZN2kf17setup_gemm_device...), for the names
 // the demangler gives up on (CUTLASS's longest); empty when it is in none.
 std::string mangled_namespace(const std::string& name);

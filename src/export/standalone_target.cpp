@@ -361,13 +361,8 @@ void refuse_shared_symbols(const ExportPlan& plan) {
       const std::vector<std::string> shared =
           symbols_shared_between_variants(built.module, file.source);
       if (shared.empty()) continue;
-      throw Error(fmt::format(
-          "{} defines these with external linkage:\n  {}\nThe standalone export links it into "
-          "one library beside the library's variants of the op, where a name both define would "
-          "collide: the linker refuses the second copy or, for inline and template code, keeps "
-          "one for all. Make them static or put them in an anonymous namespace "
-          "(docs/kernel-format.md), or export without that file.",
-          v.file.filename().string(), fmt::join(shared, "\n  ")));
+      throw Error(fmt::format("{} Or export without that file.",
+                              describe_shared_symbols(v.file.filename().string(), shared)));
     }
   }
 }

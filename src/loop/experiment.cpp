@@ -8,6 +8,7 @@
 
 #include "bench/bencher.h"
 #include "bench/statistics.h"
+#include "compile/linkage.h"
 #include "core/error.h"
 #include "core/json_file.h"
 
@@ -130,6 +131,22 @@ ExperimentRecord evaluate_proposal(Checker& checker, WorkerClient& worker, const
     return done(std::string(verdict_name(report.verdict)));
   }
   record.fields["check_seed"] = report.seed;
+
+  // A kept CUDA file goes on to `kforge export --workspace`, which links it into one library
+  // beside the op's library variants: one defining code of its own with external linkage is
+  // refused here, where the proposer can still mend it, rather than at the export.
+  if (file->backend == Backend::cuda) {
+    for (const CompileResult& b : report.builds) {
+      if (!b.ok) continue;
+      const std::vector<std::string> shared =
+          symbols_shared_between_variants(b.module, file->source);
+      if (!shared.empty()) {
+        record.fields["failing_stage"] = "linkage";
+        record.fields["detail"] = describe_shared_symbols(proposal.filename().string(), shared);
+        return done("BAD_FILE");
+      }
+    }
+  }
 
   // The best is timed before and after the proposal (A B A), so that drift over the
   // experiment (clocks, temperature, a neighbour on the host) cannot pass for a gain: the

@@ -44,10 +44,11 @@ struct EvaluationOptions {
 
 // Evaluates `proposal` against `best` (the journal's current kernel file). The record's verdict
 // is "KEEP", "REVERT" (correct, not faster by the rule), "UNCHANGED" (the best byte for byte),
-// or the first failure: "BAD_FILE" (not a
-// kernel file of the task's op), or the check's or the timing's verdict ("COMPILE_ERROR",
-// "WRONG", "CRASH", "TIMEOUT", "INVALID", ...). Its fields carry the failing stage and the
-// failure, or both timings with their spreads and the comparison.
+// or the first failure: "BAD_FILE" (not a kernel file of the task's op, or a CUDA file defining
+// code of its own with external linkage, which an export could not link beside the library's
+// variants), or the check's or the timing's verdict ("COMPILE_ERROR", "WRONG", "CRASH",
+// "TIMEOUT", "INVALID", ...). Its fields carry the failing stage and the failure, or both
+// timings with their spreads and the comparison.
 ExperimentRecord evaluate_proposal(Checker& checker, WorkerClient& worker, const Ceilings& ceilings,
                                    const LoopTask& task, const std::filesystem::path& proposal,
                                    const std::filesystem::path& best,

@@ -1,6 +1,7 @@
 // GPU tests (CTest label `gpu`): the CUDA starters pass all five stages in every dtype, every
 // planted CUDA fault gets its verdict, and bench and ceilings produce numbers. Skipped cleanly
 // where no CUDA device is visible.
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "device/backend.h"
 #include "device/ceilings.h"
+#include "loop/experiment.h"
 #include "ops/registry.h"
 #include "tune/library.h"
 #include "tune/tuner.h"
@@ -152,6 +154,31 @@ TEST_F(GpuTest, BenchReportsTimeAndFractionOfCopyCeiling) {
   EXPECT_GT(r.stats.median, 0);
   EXPECT_GT(r.pct_of_copy, 1);
   EXPECT_LT(r.pct_of_copy, 150);  // above the copy ceiling would mean the byte count is wrong
+}
+
+// A loop proposal that passes the five stages but defines a function of its own with external
+// linkage is refused before it is timed (BAD_FILE at the stage "linkage", naming the function):
+// kept, it would stop `kforge export --workspace` later, where nobody can mend it.
+TEST_F(GpuTest, ALoopProposalWithExternalLinkageIsRefusedBeforeItIsTimed) {
+  auto& worker = worker_for("cuda");
+  const auto dir = test::temp_dir("loop-linkage");
+  const std::string starter = test::read_text(test::kernels_dir() + "/rmsnorm/rmsnorm_rowblock.cu");
+  std::ofstream(dir / "best.cu") << starter;
+  std::ofstream(dir / "proposal.cu")
+      << starter + "\nint kforge_loop_helper(int x) { return x + 1; }\n";
+  Checker checker(*compiler_, worker);
+  const Ceilings ceilings = device_ceilings(worker, dir / "ceilings", false, {});
+  LoopTask task;
+  task.op = find_op("rmsnorm");
+  task.sizes = {{"M", 1024}, {"N", 1024}};
+  task.dtype = DType::bf16;
+  const ExperimentRecord r =
+      evaluate_proposal(checker, worker, ceilings, task, dir / "proposal.cu", dir / "best.cu", {});
+  EXPECT_EQ(r.verdict, "BAD_FILE");
+  EXPECT_EQ(r.fields.value("failing_stage", ""), "linkage");
+  EXPECT_NE(r.fields.value("detail", "").find("kforge_loop_helper"), std::string::npos)
+      << r.fields.dump(2);
+  EXPECT_FALSE(r.fields.contains("best")) << "timed before it was refused";
 }
 
 // A short tune of the softmax template on the GPU: resources are judged after compiling (the
