@@ -64,7 +64,9 @@ struct KernelFile {
 
   // Reads and parses a file; throws UsageError if unreadable, ParseError if malformed.
   static KernelFile load(const std::filesystem::path& path);
-  // Parses text; `path` is used for messages and to check the extension against `backend`.
+  // Parses text; `path` is used for messages, to check the extension against `backend` and to
+  // find the project headers the text includes (text_hash); throws Error if one of those cannot
+  // be read.
   static KernelFile parse(const std::string& text, const std::filesystem::path& path);
 
   bool supports(DType dtype) const;

@@ -14,14 +14,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Where #include "NAME" in a file in folder `beside` finds its header, searched as the compiler
-// searches it (Compiler::command_line): beside the including file, then kforge's include/, the
-// kernel file's folder and the library's op folders (a copy of a library file finds its op's
-// shared header there, see local_headers()). Empty when none has it.
+// Where #include "NAME" finds its header, searched as the compiler searches it: beside the
+// including header (`beside`; empty for the kernel file, which the compiler reads from a staged
+// copy with nothing beside it), then the -I folders of Compiler::command_line: kforge's
+// include/, the kernel file's folder and the library's op folders (a copy of a library file
+// finds its op's shared header there, see local_headers()). Empty when none has it.
 fs::path find_header(const std::string& name, const fs::path& beside, const fs::path& kernel_dir) {
   std::error_code ec;
   for (const fs::path& dir : {beside, default_include_dir(), kernel_dir}) {
-    if (fs::is_regular_file(dir / name, ec)) return dir / name;
+    if (!dir.empty() && fs::is_regular_file(dir / name, ec)) return dir / name;
   }
   for (const auto& op_folder : fs::directory_iterator(library_kernels_dir(), ec)) {
     if (op_folder.is_directory() && fs::is_regular_file(op_folder.path() / name, ec))
@@ -42,7 +43,7 @@ std::vector<IncludedHeader> included_project_headers(const std::string& source,
   const fs::path kernel_dir = fs::absolute(path).parent_path();
   std::vector<IncludedHeader> headers;
   std::set<fs::path> seen;
-  std::deque<Pending> pending = {{source, kernel_dir}};
+  std::deque<Pending> pending = {{source, fs::path()}};
   while (!pending.empty()) {
     Pending file = std::move(pending.front());
     pending.pop_front();

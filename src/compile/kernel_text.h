@@ -19,8 +19,9 @@ struct IncludedHeader {
 };
 
 // The project headers `source` (the text of a kernel file at `path`) includes, directly or
-// through another: every #include "NAME" found where the compiler finds it (beside the file that
-// includes it, in kforge's include/, beside the kernel file, in an op folder of the library).
+// through another: every #include "NAME" found where the compiler finds it (beside the header
+// that includes it, in kforge's include/, beside the kernel file, in an op folder of the
+// library).
 // Each appears once, in the order first met. Names found nowhere are not project headers (the
 // compiler resolves or refuses them), and headers named with <...> (system, CUDA, CUTLASS) are
 // covered by the toolchain's and CUTLASS's versions in the compile cache instead.

@@ -83,12 +83,23 @@ std::vector<std::string> symbols_shared_between_variants(const std::filesystem::
 
 std::string describe_shared_symbols(const std::string& file_name,
                                     const std::vector<std::string>& shared) {
+  // The names and the fix come first: a loop's brief shows a failure's first line.
+  std::vector<std::string> names;
+  for (const std::string& symbol : shared)
+    names.push_back(symbol.substr(symbol.find(' ') + 1));  // nm's "T name"
+  constexpr size_t kNamed = 3;
+  const std::string first =
+      names.size() <= kNamed
+          ? fmt::format("{}", fmt::join(names, "; "))
+          : fmt::format("{}; and {} more", fmt::join(names.begin(), names.begin() + kNamed, "; "),
+                        names.size() - kNamed);
   return fmt::format(
-      "{} defines these with external linkage:\n  {}\nThe standalone export links it into one "
-      "library beside the library's variants of the op, where a name both define would collide: "
-      "the linker refuses the second copy or, for inline and template code, keeps one for all. "
-      "Make them static or put them in an anonymous namespace (docs/kernel-format.md).",
-      file_name, fmt::join(shared, "\n  "));
+      "{} defines code with external linkage ({}): make it static or put it in an anonymous "
+      "namespace (docs/kernel-format.md).\nThe standalone export links the file into one library "
+      "beside the library's variants of the op, where a name both define would collide: the "
+      "linker refuses the second copy or, for inline and template code, keeps one for all. "
+      "Every such symbol:\n  {}",
+      file_name, first, fmt::join(shared, "\n  "));
 }
 
 }  // namespace kforge

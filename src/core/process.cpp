@@ -269,16 +269,29 @@ void sweep_orphans() {
 
 namespace {
 
+enum class ThreadState { live, gone, unknown };
+
 // Whether thread `tid` of this process is still live: listed, and not yet exiting. The kernel
 // sets PF_EXITING (field 9 of stat, the task's flags) when a thread starts to exit, before
-// pthread_join can return for it; such a thread never runs user code again.
-bool thread_is_live(const char* tid) {
+// pthread_join can return for it; such a thread never runs user code again. Only a stat file
+// that no longer exists means the thread is gone: any other failure (a candidate that used up
+// the worker's descriptors, say) leaves the count unknown.
+ThreadState thread_state(const char* tid) {
   constexpr unsigned kExitingFlag = 0x4;  // PF_EXITING, include/linux/sched.h
-  std::ifstream in(fmt::format("/proc/self/task/{}/stat", tid));
+  const std::string path = fmt::format("/proc/self/task/{}/stat", tid);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT || errno == ESRCH ? ThreadState::gone : ThreadState::unknown;
   std::string stat;
-  if (!std::getline(in, stat)) return false;  // gone since the listing
-  // The name (field 2) is in parentheses and may hold spaces or ')': fields resume after the
-  // last ')'.
+  char chunk[1024];
+  ssize_t n = 0;
+  while ((n = ::read(fd, chunk, sizeof chunk)) > 0)
+    stat.append(chunk, static_cast<size_t>(n));
+  const int read_error = n < 0 ? errno : 0;
+  ::close(fd);
+  if (read_error == ESRCH) return ThreadState::gone;  // exited between open and read
+  if (read_error != 0) return ThreadState::unknown;
+  // The name (field 2) is in parentheses and may hold anything, ')' and newlines too (a thread
+  // names itself): the fields resume after the last ')' of the whole file.
   const size_t close = stat.rfind(')');
   char state = 0;
   int ppid = 0, group = 0, session = 0, tty = 0, tty_group = 0;
@@ -286,9 +299,10 @@ bool thread_is_live(const char* tid) {
   if (close == std::string::npos ||
       std::sscanf(stat.c_str() + close + 1, " %c %d %d %d %d %d %u", &state, &ppid, &group,
                   &session, &tty, &tty_group, &flags) != 7) {
-    return true;  // unreadable fields: counted, so that nothing running is missed
+    return ThreadState::live;  // unreadable fields: counted, so that nothing running is missed
   }
-  return (flags & kExitingFlag) == 0 && state != 'Z' && state != 'X';
+  const bool exiting = (flags & kExitingFlag) != 0 || state == 'Z' || state == 'X';
+  return exiting ? ThreadState::gone : ThreadState::live;
 }
 
 }  // namespace
@@ -297,11 +311,15 @@ int count_own_threads() {
   DIR* dir = opendir("/proc/self/task");
   if (!dir) return -1;
   int n = 0;
+  bool known = true;
   while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.' && thread_is_live(e->d_name)) ++n;
+    if (e->d_name[0] == '.') continue;
+    const ThreadState state = thread_state(e->d_name);
+    n += state == ThreadState::live ? 1 : 0;
+    known = known && state != ThreadState::unknown;
   }
   closedir(dir);
-  return n;
+  return known ? n : -1;
 }
 
 std::optional<Channel> parse_channel(const std::string& text) {

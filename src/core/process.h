@@ -87,9 +87,10 @@ void contain_child_processes();
 // Ends and reaps every process reparented to kforge that it did not start itself.
 void sweep_orphans();
 // Threads of the calling process that can still run its code (from /proc/self/task); -1 when
-// that cannot be read. A thread that has begun to exit is not counted: a joined thread stays
-// listed for a moment after pthread_join returns, and counting it would take a clean call that
-// used threads of its own (or kforge's own parallel fill) for one that left work running.
+// that cannot be told (the folder or a thread's stat cannot be read). A thread that has begun to
+// exit is not counted: a joined thread stays listed for a moment after pthread_join returns, and
+// counting it would take a clean call that used threads of its own (or kforge's own parallel
+// fill) for one that left work running.
 int count_own_threads();
 
 }  // namespace kforge

@@ -205,7 +205,16 @@ class CpuBackend final : public DeviceBackend {
 
   void check_nothing_left_running(std::chrono::milliseconds) override {
     const int now = count_own_threads();
-    if (threads_at_start_ > 0 && now > threads_at_start_) {
+    if (threads_at_start_ <= 0) return;  // never countable here
+    // A count that cannot be taken after the call is the candidate's doing (descriptors used
+    // up, limits lowered): judged as a thread left running, since one may be.
+    if (now < 0) {
+      abandoned_ = true;
+      throw IntegrityViolation(
+          "work outside the call: the worker's threads could not be counted after it returned",
+          /*fatal=*/true);
+    }
+    if (now > threads_at_start_) {
       abandoned_ = true;
       throw IntegrityViolation(
           fmt::format("work outside the call: it left {} thread(s) running after it returned",

@@ -361,7 +361,7 @@ void refuse_shared_symbols(const ExportPlan& plan) {
       const std::vector<std::string> shared =
           symbols_shared_between_variants(built.module, file.source);
       if (shared.empty()) continue;
-      throw Error(fmt::format("{} Or export without that file.",
+      throw Error(fmt::format("{}\n(Or export without that file.)",
                               describe_shared_symbols(v.file.filename().string(), shared)));
     }
   }

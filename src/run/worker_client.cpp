@@ -227,7 +227,10 @@ WorkerReply WorkerClient::request(const nlohmann::json& request,
                     truncate_middle(*line, 160)));
   }
   reply.output = take_output();
-  if (threads_at_start_ > 0 && reply.body.value("threads", 0) > threads_at_start_) {
+  // More threads than at its start, or a count it could not take (-1): the candidate may have
+  // left some running.
+  if (const int threads = reply.body.value("threads", 0);
+      threads_at_start_ > 0 && (threads < 0 || threads > threads_at_start_)) {
     replace_before_next_ = true;
   }
   if (reply.body.value("ok", false)) return reply;

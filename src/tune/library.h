@@ -74,19 +74,20 @@ bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype)
 
 // Records a five-stage check `result` ("PASS ..." or "FAIL ...") of `dtype` in every row of the
 // table at `path` that runs `file` (a file name) with exactly `params`, with `source_hash`, the
-// hash of the file's text that was checked (Variant::source_hash). The table is rewritten
+// hash of the code that was checked (KernelFile::text_hash: the file's text and the project
+// headers it includes). The table is rewritten
 // atomically. Returns the number of rows updated.
 int record_table_check(const std::filesystem::path& path, const std::string& file,
                        const nlohmann::json& params, DType dtype, const std::string& result,
                        uint64_t seed, const std::string& source_hash);
 
-// The hash of the file text a row's variant was tuned with (the first field of its
-// variant_key); empty for a row without one.
+// The hash of the code (KernelFile::text_hash) a row's variant was tuned with (the first field
+// of its variant_key); empty for a row without one.
 std::string row_source_hash(const nlohmann::json& row);
 // The text hash a row's check in `dtype` names: nullopt when the row has no such check, empty
 // when the check names none (recorded before checks named one).
 std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype);
-// Whether a row holds a check in `dtype` of the file text with hash `source_hash`. A check
+// Whether a row holds a check in `dtype` of the code with hash `source_hash`. A check
 // recorded without a hash is of an unknown text: false.
 bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash);
 

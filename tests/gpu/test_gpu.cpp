@@ -157,28 +157,37 @@ TEST_F(GpuTest, BenchReportsTimeAndFractionOfCopyCeiling) {
 }
 
 // A loop proposal that passes the five stages but defines a function of its own with external
-// linkage is refused before it is timed (BAD_FILE at the stage "linkage", naming the function):
-// kept, it would stop `kforge export --workspace` later, where nobody can mend it.
+// linkage is refused before it is timed (BAD_FILE at the stage "linkage", its first line naming
+// the function and the fix: a loop's brief shows that line): kept, it would stop `kforge export
+// --workspace` later, where nobody can mend it. The same file with the function static is
+// timed as usual.
 TEST_F(GpuTest, ALoopProposalWithExternalLinkageIsRefusedBeforeItIsTimed) {
   auto& worker = worker_for("cuda");
   const auto dir = test::temp_dir("loop-linkage");
   const std::string starter = test::read_text(test::kernels_dir() + "/rmsnorm/rmsnorm_rowblock.cu");
   std::ofstream(dir / "best.cu") << starter;
-  std::ofstream(dir / "proposal.cu")
-      << starter + "\nint kforge_loop_helper(int x) { return x + 1; }\n";
+  const std::string helper = "int kforge_loop_helper(int x) { return x + 1; }\n";
+  std::ofstream(dir / "global.cu") << starter + helper;
+  std::ofstream(dir / "static.cu") << starter + "static " + helper;
   Checker checker(*compiler_, worker);
   const Ceilings ceilings = device_ceilings(worker, dir / "ceilings", false, {});
   LoopTask task;
   task.op = find_op("rmsnorm");
   task.sizes = {{"M", 1024}, {"N", 1024}};
   task.dtype = DType::bf16;
-  const ExperimentRecord r =
-      evaluate_proposal(checker, worker, ceilings, task, dir / "proposal.cu", dir / "best.cu", {});
-  EXPECT_EQ(r.verdict, "BAD_FILE");
-  EXPECT_EQ(r.fields.value("failing_stage", ""), "linkage");
-  EXPECT_NE(r.fields.value("detail", "").find("kforge_loop_helper"), std::string::npos)
-      << r.fields.dump(2);
-  EXPECT_FALSE(r.fields.contains("best")) << "timed before it was refused";
+  const auto evaluate = [&](const char* proposal) {
+    return evaluate_proposal(checker, worker, ceilings, task, dir / proposal, dir / "best.cu", {});
+  };
+  const ExperimentRecord refused = evaluate("global.cu");
+  EXPECT_EQ(refused.verdict, "BAD_FILE");
+  EXPECT_EQ(refused.fields.value("failing_stage", ""), "linkage");
+  const std::string detail = refused.fields.value("detail", "");
+  EXPECT_NE(detail.substr(0, detail.find('\n')).find("kforge_loop_helper"), std::string::npos)
+      << detail;
+  EXPECT_FALSE(refused.fields.contains("best")) << "timed before it was refused";
+
+  const ExperimentRecord timed = evaluate("static.cu");
+  EXPECT_TRUE(timed.verdict == "KEEP" || timed.verdict == "REVERT") << timed.fields.dump(2);
 }
 
 // A short tune of the softmax template on the GPU: resources are judged after compiling (the

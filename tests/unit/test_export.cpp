@@ -618,7 +618,7 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
       run_command({test::kforge_binary(), "export", "--workspace", ws_shared.string(), "--ceilings",
                    ceilings, "--out", (dir / "export-shared").string()});
   EXPECT_FALSE(refused.ok()) << refused.output;
-  EXPECT_NE(refused.output.find("defines these with external linkage"), std::string::npos)
+  EXPECT_NE(refused.output.find("defines code with external linkage"), std::string::npos)
       << refused.output;
   EXPECT_NE(refused.output.find("kept_helper"), std::string::npos) << refused.output;
 
