@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "compile/kernel_text.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/parallel.h"
@@ -283,28 +284,6 @@ std::string Compiler::toolkit_version(Backend backend) const {
     if (line.find("release") != std::string::npos) return line;
   }
   return first;
-}
-
-std::vector<fs::path> local_headers(const KernelFile& file) {
-  static const std::regex include_re(R"(#\s*include\s*\"([^\"]+)\")");
-  std::vector<fs::path> headers;
-  const fs::path beside = fs::absolute(file.path).parent_path();
-  for (auto it = std::sregex_iterator(file.source.begin(), file.source.end(), include_re);
-       it != std::sregex_iterator(); ++it) {
-    const std::string name = (*it)[1].str();
-    if (fs::exists(beside / name)) {
-      headers.push_back(beside / name);
-      continue;
-    }
-    std::error_code ec;
-    for (const auto& op_folder : fs::directory_iterator(library_kernels_dir(), ec)) {
-      if (op_folder.is_directory() && fs::exists(op_folder.path() / name)) {
-        headers.push_back(op_folder.path() / name);
-        break;
-      }
-    }
-  }
-  return headers;
 }
 
 std::string Compiler::headers_fingerprint(const KernelFile& file) const {

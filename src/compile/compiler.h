@@ -74,10 +74,6 @@ const std::vector<std::string>& cutlass_compile_flags();
 std::filesystem::path library_kernels_dir();
 // Whether `path` lies in library_kernels_dir() (links resolved).
 bool is_library_file(const std::filesystem::path& path);
-// The headers a kernel file names with #include "...": beside it, or else the shared header of
-// a library op folder of that name (kernels/matmul/matmul_common.cuh), so that a copy of a
-// library file (a loop task's, a KernelBench task's) compiles wherever it is.
-std::vector<std::filesystem::path> local_headers(const KernelFile& file);
 // The macro a kernel file is compiled with for `dtype` ("KF_ELEM_BF16", see elem_cuda.cuh).
 std::string elem_macro_name(DType dtype);
 

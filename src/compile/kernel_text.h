@@ -1,15 +1,24 @@
 // What a kernel file's code is made of: its own text and the text of every project header it
-// includes. A record that stands for "this code" (a tuner's timing, a table's check) is keyed by
-// the hash of all of it, so that an edit to a shared header (kforge/cutlass_gemm.cuh, an op
-// folder's *_common.cuh) makes the records of every file that includes it stale, as an edit to
-// the file itself does.
+// includes, found as the compiler finds them (the one place kforge resolves #include "..."). A
+// record that stands for "this code" (a tuner's timing, a table's check) is keyed by the hash of
+// all of it, so that an edit to a shared header (kforge/cutlass_gemm.cuh, an op folder's
+// *_common.cuh) makes the records of every file that includes it stale, as an edit to the file
+// itself does.
 #pragma once
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "compile/kernel_file.h"
+
 namespace kforge {
+
+// The headers a kernel file names with #include "...": beside it, or else the shared header of
+// a library op folder of that name (kernels/matmul/matmul_common.cuh), so that a copy of a
+// library file (a loop task's, a KernelBench task's) compiles wherever it is. Their folders are
+// the compiler's -I folders, and their texts part of the compile cache's key.
+std::vector<std::filesystem::path> local_headers(const KernelFile& file);
 
 // One header a kernel file's code includes: as it was spelled, where it was found, its text.
 struct IncludedHeader {

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "compile/compiler.h"
+#include "compile/kernel_text.h"
 #include "compile/linkage.h"
 #include "core/error.h"
 #include "core/hash.h"

@@ -87,7 +87,8 @@ TEST(KernelFile, EveryLibraryFileParsesAndItsDefaultsHold) {
 }
 
 // A file's code is its text and the project headers it includes, found where the compiler finds
-// them (beside the including file, then kforge's include/), through other headers too; names
+// them (kforge's include/, beside the kernel file, beside the including header), through other
+// headers too; names
 // found nowhere and <...> headers are not part of it. Its hash follows an edit to any of them.
 TEST(KernelFile, ItsCodeCoversTheProjectHeadersItIncludes) {
   const std::filesystem::path dir = test::temp_dir("kernel-text");
