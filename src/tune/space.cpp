@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -131,8 +134,10 @@ struct SearchSpace::FilePlan {
   }
 
   // Runs the steps of one depth over `values`; returns the reason of the first failure, or "".
+  // `passed`, when given, counts the steps that held.
   std::string run_steps(size_t depth, std::vector<long long>& values,
-                        std::vector<long long>& scratch, const DeviceInfo& device) const {
+                        std::vector<long long>& scratch, const DeviceInfo& device,
+                        size_t* passed = nullptr) const {
     for (const Step& step : steps_at[depth]) {
       scratch.resize(step.input_slots.size());
       for (size_t i = 0; i < step.input_slots.size(); ++i)
@@ -162,19 +167,23 @@ struct SearchSpace::FilePlan {
           break;
       }
       if (!why.empty()) return why;
+      if (passed) ++*passed;
     }
     return "";
   }
 
   // The first constraint the point `choice` breaks, in the order the depth-first count meets
-  // them (so a sampled point is blamed on the reason its subtree would be), or "".
+  // them (so a sampled point is blamed on the reason its subtree would be), or "". `passed`,
+  // when given, counts the steps that held before it: a measure of how near feasible it is.
   std::string violation(const std::vector<uint8_t>& choice, std::vector<long long>& values,
-                        std::vector<long long>& scratch, const DeviceInfo& device) const {
+                        std::vector<long long>& scratch, const DeviceInfo& device,
+                        size_t* passed = nullptr) const {
     values = initial_values;
-    if (std::string why = run_steps(0, values, scratch, device); !why.empty()) return why;
+    if (std::string why = run_steps(0, values, scratch, device, passed); !why.empty()) return why;
     for (size_t depth = 0; depth < deepest_step; ++depth) {
       values[static_cast<size_t>(param_slot[depth])] = file.params[depth].candidates[choice[depth]];
-      if (std::string why = run_steps(depth + 1, values, scratch, device); !why.empty()) return why;
+      if (std::string why = run_steps(depth + 1, values, scratch, device, passed); !why.empty())
+        return why;
     }
     return "";
   }
@@ -435,16 +444,72 @@ std::vector<PointId> SearchSpace::neighbors(PointId id) const {
   const SpacePoint p = point(id);
   const FilePlan& plan = *plans_[static_cast<size_t>(p.file)];
   std::vector<PointId> out;
+  std::set<PointId> repaired;  // two changes can be reached from either one
   for (size_t d = 0; d < p.choice.size(); ++d) {
     // Changing digit d moves the id by a multiple of its stride.
     const PointId without = id - p.choice[d] * plan.subtree[d + 1];
     for (size_t c = 0; c < plan.file.params[d].candidates.size(); ++c) {
       if (c == p.choice[d]) continue;
       const PointId n = without + c * plan.subtree[d + 1];
-      if (feasible(n)) out.push_back(n);
+      if (feasible(n)) {
+        out.push_back(n);
+        continue;
+      }
+      SpacePoint changed = p;
+      changed.choice[d] = static_cast<uint8_t>(c);
+      if (const auto r = repair(changed, d); r && repaired.insert(*r).second) out.push_back(*r);
     }
   }
   return out;
+}
+
+std::optional<PointId> SearchSpace::repair(SpacePoint point, size_t kept) const {
+  const FilePlan& plan = *plans_.at(static_cast<size_t>(point.file));
+  std::vector<long long> values;
+  std::vector<long long> scratch;
+  const auto steps_passed = [&](const SpacePoint& p) {
+    size_t passed = 0;
+    const bool feasible = plan.violation(p.choice, values, scratch, device_, &passed).empty();
+    return std::pair(feasible, passed);
+  };
+  std::vector<bool> moved(point.choice.size(), false);
+  moved.at(kept) = true;
+  auto [feasible, passed] = steps_passed(point);
+  while (!feasible) {
+    // Each tunable not moved yet, at its nearest candidate that gets further through the
+    // constraints; the one that gets furthest is moved (the nearer move on a tie).
+    std::optional<std::pair<size_t, uint8_t>> best;
+    size_t best_passed = passed;
+    int best_distance = 0;
+    for (size_t e = 0; e < point.choice.size(); ++e) {
+      if (moved[e]) continue;
+      const int n = static_cast<int>(plan.file.params[e].candidates.size());
+      const int at = point.choice[e];
+      for (int distance = 1; distance < n; ++distance) {
+        bool found = false;
+        for (const int c : {at - distance, at + distance}) {
+          if (c < 0 || c >= n) continue;
+          SpacePoint p = point;
+          p.choice[e] = static_cast<uint8_t>(c);
+          const auto [ok, further] = steps_passed(p);
+          const size_t reach = ok ? std::numeric_limits<size_t>::max() : further;
+          if (reach <= passed) continue;
+          found = true;
+          if (reach > best_passed || (reach == best_passed && distance < best_distance)) {
+            best = std::pair(e, static_cast<uint8_t>(c));
+            best_passed = reach;
+            best_distance = distance;
+          }
+        }
+        if (found) break;
+      }
+    }
+    if (!best) return std::nullopt;
+    point.choice[best->first] = best->second;
+    moved[best->first] = true;
+    std::tie(feasible, passed) = steps_passed(point);
+  }
+  return id_of(point);
 }
 
 }  // namespace kforge

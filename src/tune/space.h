@@ -116,8 +116,15 @@ class SearchSpace {
   ParamValues values(PointId id) const;
   LaunchShape launch_shape(PointId id) const;
 
-  // Feasible points that differ from `id` in exactly one tunable.
+  // The feasible points one step from `id`: one tunable changed; or, where that change alone
+  // breaks a constraint, the change with the repair() that makes it feasible. Constraints that
+  // couple tunables (`ROW_PACKS == 0 || UNROLL == 1`) would otherwise wall a region off from
+  // every walk of one-tunable steps but those through its (slower) border.
   std::vector<PointId> neighbors(PointId id) const;
+  // `point` made feasible by moving other tunables than `kept`, one at a time, each to its
+  // nearest candidate (by position in its list) that gets the point further through the
+  // file's constraints in solver order; nullopt when no move gets further.
+  std::optional<PointId> repair(SpacePoint point, size_t kept) const;
 
  private:
   struct FilePlan;

@@ -182,10 +182,11 @@ class RandomSearch final : public StrategyBase {
 };
 
 // Iterated local search, one climber per kernel file. A climber starts from its file's first
-// start point (else its defaults), tries the neighbours of its current point (one tunable changed)
-// in random order and moves to any that is faster; when a point has no untried neighbour left, it
-// is a local optimum: the climber jumps to a random walk of a few steps from its best point and
-// climbs again. Neighbours never leave a file (tunables differ between files), so files with
+// start point (else its defaults), tries the neighbours of its current point (one tunable
+// changed, or two where a constraint couples them: SearchSpace::neighbors) in random order and
+// moves to any that is faster; when a point has no untried neighbour left, it is a local
+// optimum: the climber jumps to a random walk of a few steps from its best point and climbs
+// again. Neighbours never leave a file (tunables differ between files), so files with
 // fundamentally different strategies each get a climber, and proposals go round-robin between
 // them: the budget is shared evenly and no file is judged by one point.
 class LocalSearch final : public StrategyBase {
@@ -305,9 +306,9 @@ class LocalSearch final : public StrategyBase {
 
 // A steady-state evolutionary algorithm: a population of the best points seen; each proposal
 // is a child of two tournament-selected parents of the same file (uniform crossover of their
-// tunables) with a mutation that moves one tunable to a nearby candidate. The population is
-// the model of where fast variants live; children that are infeasible or already tried are
-// redrawn.
+// tunables) with a mutation that moves one tunable to a nearby candidate (and, when that breaks
+// a constraint, another tunable as little as repairs it). The population is the model of where
+// fast variants live; children that are infeasible or already tried are redrawn.
 class Evolution final : public StrategyBase {
  public:
   Evolution(const SearchSpace& space, uint64_t seed, std::vector<PointId> starts)
@@ -363,18 +364,21 @@ class Evolution final : public StrategyBase {
     }
     // Mutate one tunable: a step to an adjacent candidate, or (one time in four) any candidate.
     const auto& params = space_.files()[static_cast<size_t>(child.file)]->params;
-    if (!params.empty()) {
-      const size_t i = uniform_index(params.size());
-      const int n = static_cast<int>(params[i].candidates.size());
-      int c = child.choice[i];
-      if (uniform_index(4) == 0) {
-        c = static_cast<int>(uniform_index(static_cast<size_t>(n)));
-      } else {
-        c += (rng_.next() & 1) ? 1 : -1;
-      }
-      child.choice[i] = static_cast<uint8_t>(std::clamp(c, 0, n - 1));
+    if (params.empty()) return space_.find(child);
+    const size_t i = uniform_index(params.size());
+    const int n = static_cast<int>(params[i].candidates.size());
+    int c = child.choice[i];
+    if (uniform_index(4) == 0) {
+      c = static_cast<int>(uniform_index(static_cast<size_t>(n)));
+    } else {
+      c += (rng_.next() & 1) ? 1 : -1;
     }
-    return space_.find(child);
+    child.choice[i] = static_cast<uint8_t>(std::clamp(c, 0, n - 1));
+    if (const auto id = space_.find(child)) return id;
+    // A mutation that breaks a constraint coupling it to other tunables is kept with those
+    // moved as little as makes it feasible: a population in a region such a constraint borders
+    // could never leave it otherwise.
+    return space_.repair(child, i);
   }
 
   std::vector<PointId> population_;
