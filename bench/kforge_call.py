@@ -259,7 +259,8 @@ class Timer:
         comparison is not the kernels'. The medians of `lead_us` (the opening spin's end to the
         first activity's start) and `trail_us` (the last activity's end to the start of the
         closing spin, the next kernel in the stream) say on which side of the kernels the
-        difference lies, and whether a following kernel waits for it too."""
+        difference lies, and whether a following kernel waits for it too. `kernels` names the
+        kernels that ran."""
         torch = self.torch
         from torch.profiler import ProfilerActivity, profile
         self._warm_up(fn)
@@ -297,4 +298,7 @@ class Timer:
                 "host_us": round(self.host_us, 1), "spin_us": round(self.spin_us, 1),
                 "lead_us": statistics.median(leads), "trail_us": statistics.median(trails),
                 "activities_per_call": statistics.median(len(c) for _, c, _ in calls),
-                "calls": len(calls)}
+                "calls": len(calls),
+                # Which kernels ran: torch.compile's choice can differ between processes
+                # (inductor's triton_per_* reduction keeps a row in registers, triton_red_* loops).
+                "kernels": sorted({e.name()[:200] for _, c, _ in calls for e in c})}
