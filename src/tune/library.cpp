@@ -261,10 +261,16 @@ std::string row_source_hash(const nlohmann::json& row) {
   return text.substr(0, text.find('|'));
 }
 
-std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype) {
+std::optional<nlohmann::json> row_check(const nlohmann::json& row, DType dtype) {
   const nlohmann::json* checks = row_checks(row);
   if (!checks || !checks->contains(dtype_name(dtype))) return std::nullopt;
-  return check_source_hash(checks->at(dtype_name(dtype)));
+  return checks->at(dtype_name(dtype));
+}
+
+std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype) {
+  const auto check = row_check(row, dtype);
+  if (!check) return std::nullopt;
+  return check_source_hash(*check);
 }
 
 bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash) {
@@ -274,6 +280,16 @@ bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string&
 int record_table_check(const fs::path& path, const std::string& file, const nlohmann::json& params,
                        DType dtype, const std::string& result, uint64_t seed,
                        const std::string& source_hash) {
+  return record_table_check(path, file, params, dtype,
+                            {{"result", result},
+                             {"seed", seed},
+                             {"source_hash", source_hash},
+                             {"git_sha", git_state().sha},
+                             {"checked_at", utc_timestamp()}});
+}
+
+int record_table_check(const fs::path& path, const std::string& file, const nlohmann::json& params,
+                       DType dtype, const nlohmann::json& check) {
   nlohmann::json table = read_tuned_table(path);
   int updated = 0;
   for (auto& row : table.at("sizes")) {
@@ -281,11 +297,7 @@ int record_table_check(const fs::path& path, const std::string& file, const nloh
         row.value("params", nlohmann::json()) != params) {
       continue;
     }
-    row["checks"][std::string(dtype_name(dtype))] = {{"result", result},
-                                                     {"seed", seed},
-                                                     {"source_hash", source_hash},
-                                                     {"git_sha", git_state().sha},
-                                                     {"checked_at", utc_timestamp()}};
+    row["checks"][std::string(dtype_name(dtype))] = check;
     ++updated;
   }
   write_json_atomically(path, table);

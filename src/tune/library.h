@@ -75,11 +75,14 @@ bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype)
 // Records a five-stage check `result` ("PASS ..." or "FAIL ...") of `dtype` in every row of the
 // table at `path` that runs `file` (a file name) with exactly `params`, with `source_hash`, the
 // hash of the code that was checked (KernelFile::text_hash: the file's text and the project
-// headers it includes). The table is rewritten
-// atomically. Returns the number of rows updated.
+// headers it includes). The table is rewritten atomically. Returns the number of rows updated.
 int record_table_check(const std::filesystem::path& path, const std::string& file,
                        const nlohmann::json& params, DType dtype, const std::string& result,
                        uint64_t seed, const std::string& source_hash);
+// The same with a check record as a row holds it (result, seed, source_hash, git_sha,
+// checked_at): one row's check copied to the other rows of its variant.
+int record_table_check(const std::filesystem::path& path, const std::string& file,
+                       const nlohmann::json& params, DType dtype, const nlohmann::json& check);
 
 // The hash of the code (KernelFile::text_hash) a row's variant was tuned with (the first field
 // of its variant_key); empty for a row without one.
@@ -90,6 +93,8 @@ std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype
 // Whether a row holds a check in `dtype` of the code with hash `source_hash`. A check
 // recorded without a hash is of an unknown text: false.
 bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash);
+// A row's check record in `dtype`, when it has one.
+std::optional<nlohmann::json> row_check(const nlohmann::json& row, DType dtype);
 
 // "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200-cc-9-0": safe in a file name.
 std::string file_name_slug(std::string text);

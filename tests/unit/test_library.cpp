@@ -704,6 +704,48 @@ TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileOrAHeaderChanges) {
   EXPECT_NE(code(), edited_code);
 }
 
+// A tune that writes a variant on a new row leaves that row without the checks the variant's
+// other rows hold. A check of the same code on one row stands for them all: it is copied, not
+// run again (a CUTLASS variant's check costs minutes of compiling), and a FAIL copies as a FAIL.
+TEST(TableCheckCli, ASameTextCheckOnOneRowIsCopiedToTheVariantsOtherRows) {
+  const fs::path root = make_library_tree("table-check-copy");
+  const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
+  const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
+  const fs::path kernel = root / "kernels" / "rmsnorm" / "rmsnorm_cpu.cpp";
+  const std::string code = kernel_text_hash(read_text(kernel), kernel);
+  const auto table_with = [&](const std::string& result) {
+    json checked = table_row(64, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 1.0);
+    checked["checks"] = {{"f32",
+                          {{"result", result},
+                           {"seed", 5},
+                           {"source_hash", code},
+                           {"checked_at", "2026-01-02T03:04:05Z"}}}};
+    return write_table({checked, table_row(128, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 2.0)});
+  };
+  const auto check = [&](const fs::path& table) {
+    return run_kforge(
+        {"check", "--table", table.string(), "--dtype", "f32", "--backend", "cpu", "--seed", "11"});
+  };
+  const auto second_row = [](const fs::path& table) {
+    return read_tuned_table(table).at("sizes").at(1).at("checks").at("f32");
+  };
+
+  fs::path table = table_with("PASS (five stages)");
+  CommandResult r = check(table);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("copied"), std::string::npos) << r.output;
+  EXPECT_EQ(second_row(table).at("seed"), 5) << "run again instead of copied";
+  EXPECT_EQ(second_row(table).at("checked_at"), "2026-01-02T03:04:05Z");
+  EXPECT_EQ(second_row(table).at("source_hash"), code);
+  EXPECT_NE(check(table).output.find("(checked before)"), std::string::npos);
+
+  table = table_with("FAIL (WRONG): mismatch at [3, 7]");
+  r = check(table);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("FAIL  f32"), std::string::npos) << r.output;
+  EXPECT_EQ(second_row(table).at("result"), "FAIL (WRONG): mismatch at [3, 7]");
+}
+
 // `kforge build rmsnorm --sizes all` with a table for two of the five benchmark sizes:
 //   1024x768   defaults   (4096x4096 and 4096x1024 rows need N % CHUNK == 0; 1024x768's row FAILed)
 //   4096x1024  exact      chunked CHUNK=1024, UNROLL=1
