@@ -364,8 +364,9 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
                    "other tunables take the file's defaults; repeatable), e.g. a point someone "
                    "found by hand; with --strategy given, only these and the defaults");
   tune->add_option("--check-dtypes", flags.check_dtypes,
-                   "With --sizes all: check the written table's variants in these dtypes too "
-                   "(five stages each), so that they may borrow it");
+                   "With --sizes all or --update-table: check the written table's variants "
+                   "in these dtypes too (five stages each; a variant checked before in its "
+                   "present code is not checked again), so that they may borrow it");
   add_device_flags(tune, device);
   return tune;
 }
@@ -485,8 +486,8 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
             fmt::format("{} applies to one op; '{}' names several", what, flags.target));
     }
   }
-  if (!flags.check_dtypes.empty() && !all_sizes)
-    throw UsageError("--check-dtypes checks the table that --sizes all writes");
+  if (!flags.check_dtypes.empty() && !all_sizes && !flags.update_table)
+    throw UsageError("--check-dtypes checks the table that --sizes all or --update-table writes");
   if (!flags.adopt.empty() && flags.strategy != "local" && flags.strategy != "given")
     throw UsageError("--adopt evaluates the adopted rows only: it takes no --strategy");
   const DType dtype = parse_dtypes({flags.dtype}).front();

@@ -824,5 +824,39 @@ TEST(TuneCli, UpdateTableMergesOneSize) {
   EXPECT_EQ(shapes().size(), 2u);
 }
 
+// A tune that writes one size's row checks the table in the dtypes that borrow it, as a tune
+// of every size does: a new variant is checked; a variant with a check of its present code on
+// another row has that check copied, not run again.
+TEST(TuneCli, UpdateTableChecksTheDtypesThatBorrowIt) {
+  const auto dir = test::temp_dir("update-table-check");
+  ::setenv("KFORGE_CACHE_DIR", (dir / "cache").c_str(), 1);
+  const auto table_path = dir / "table.json";
+  const auto tune = [&](const std::string& shape) {
+    return run_command({test::kforge_binary(), "tune",
+                        (test::source_root() / "kernels/rmsnorm/rmsnorm_cpu.cpp").string(),
+                        "--shape", shape, "--dtype", "f32", "--strategy", "given",
+                        "--no-final-check", "--db", (dir / "results.sqlite").string(),
+                        "--update-table", "--table", table_path.string(), "--check-dtypes", "bf16"},
+                       std::chrono::minutes(5));
+  };
+  CommandResult r = tune("64x128");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS  bf16 rmsnorm_cpu.cpp"), std::string::npos) << r.output;
+  const auto bf16_check = [&](size_t row) {
+    return nlohmann::json::parse(std::ifstream(table_path))
+        .at("sizes")
+        .at(row)
+        .at("checks")
+        .at("bf16");
+  };
+  const auto first = bf16_check(0);
+  EXPECT_EQ(first.at("result"), "PASS (five stages)");
+
+  r = tune("32x256");  // the same variant (the defaults) at another size
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("copied"), std::string::npos) << r.output;
+  EXPECT_EQ(bf16_check(1).at("seed"), first.at("seed"));
+}
+
 }  // namespace
 }  // namespace kforge
