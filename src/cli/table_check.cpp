@@ -63,16 +63,15 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
         return is_variant(row) && row_checked_text(row, dtype, source_hash);
       });
       if (same_text != rows.end()) {
-        const nlohmann::json check = *row_check(*same_text, dtype);
-        const std::string result = check.value("result", std::string());
-        if (!result.starts_with("PASS")) ++failed;
+        const nlohmann::json& check = *row_check(*same_text, dtype);
+        const bool passed = check.value("result", std::string()).starts_with("PASS");
+        if (!passed) ++failed;
         const int updated = record_table_check(table_path, name, params_json, dtype, check);
         lines.push_back(
             fmt::format("{:<5} {:<4} {} {}  ({} rows; the check of {} in this text, "
                         "copied)",
-                        result.starts_with("PASS") ? "PASS" : "FAIL", dtype_name(dtype), name,
-                        params_json.dump(), updated,
-                        check.value("checked_at", std::string("an unknown date"))));
+                        passed ? "PASS" : "FAIL", dtype_name(dtype), name, params_json.dump(),
+                        updated, check.value("checked_at", std::string("an unknown date"))));
         continue;
       }
       const bool earlier_text = std::any_of(rows.begin(), rows.end(), [&](const auto& row) {

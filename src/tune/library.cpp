@@ -261,14 +261,14 @@ std::string row_source_hash(const nlohmann::json& row) {
   return text.substr(0, text.find('|'));
 }
 
-std::optional<nlohmann::json> row_check(const nlohmann::json& row, DType dtype) {
+const nlohmann::json* row_check(const nlohmann::json& row, DType dtype) {
   const nlohmann::json* checks = row_checks(row);
-  if (!checks || !checks->contains(dtype_name(dtype))) return std::nullopt;
-  return checks->at(dtype_name(dtype));
+  if (!checks || !checks->contains(dtype_name(dtype))) return nullptr;
+  return &checks->at(dtype_name(dtype));
 }
 
 std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype) {
-  const auto check = row_check(row, dtype);
+  const nlohmann::json* check = row_check(row, dtype);
   if (!check) return std::nullopt;
   return check_source_hash(*check);
 }

@@ -93,8 +93,8 @@ std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype
 // Whether a row holds a check in `dtype` of the code with hash `source_hash`. A check
 // recorded without a hash is of an unknown text: false.
 bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash);
-// A row's check record in `dtype`, when it has one.
-std::optional<nlohmann::json> row_check(const nlohmann::json& row, DType dtype);
+// A row's check record in `dtype`, or null when it has none.
+const nlohmann::json* row_check(const nlohmann::json& row, DType dtype);
 
 // "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200-cc-9-0": safe in a file name.
 std::string file_name_slug(std::string text);

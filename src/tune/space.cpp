@@ -7,7 +7,6 @@
 #include <limits>
 #include <set>
 #include <stdexcept>
-#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -444,20 +443,14 @@ std::vector<PointId> SearchSpace::neighbors(PointId id) const {
   const SpacePoint p = point(id);
   const FilePlan& plan = *plans_[static_cast<size_t>(p.file)];
   std::vector<PointId> out;
-  std::set<PointId> repaired;  // two changes can be reached from either one
+  std::set<PointId> seen;  // a change repaired by moving another can meet that one repaired
   for (size_t d = 0; d < p.choice.size(); ++d) {
-    // Changing digit d moves the id by a multiple of its stride.
-    const PointId without = id - p.choice[d] * plan.subtree[d + 1];
     for (size_t c = 0; c < plan.file.params[d].candidates.size(); ++c) {
       if (c == p.choice[d]) continue;
-      const PointId n = without + c * plan.subtree[d + 1];
-      if (feasible(n)) {
-        out.push_back(n);
-        continue;
-      }
       SpacePoint changed = p;
       changed.choice[d] = static_cast<uint8_t>(c);
-      if (const auto r = repair(changed, d); r && repaired.insert(*r).second) out.push_back(*r);
+      // The change itself when it is feasible, else the change repaired.
+      if (const auto n = repair(changed, d); n && seen.insert(*n).second) out.push_back(*n);
     }
   }
   return out;
@@ -467,47 +460,54 @@ std::optional<PointId> SearchSpace::repair(SpacePoint point, size_t kept) const 
   const FilePlan& plan = *plans_.at(static_cast<size_t>(point.file));
   std::vector<long long> values;
   std::vector<long long> scratch;
-  const auto steps_passed = [&](const SpacePoint& p) {
+  // How far a point gets through the file's steps in solver order: all the way when feasible.
+  const auto reach = [&](const SpacePoint& p) {
     size_t passed = 0;
-    const bool feasible = plan.violation(p.choice, values, scratch, device_, &passed).empty();
-    return std::pair(feasible, passed);
+    return plan.violation(p.choice, values, scratch, device_, &passed).empty()
+               ? std::numeric_limits<size_t>::max()
+               : passed;
+  };
+  struct Move {
+    size_t tunable = 0;
+    uint8_t candidate = 0;
+    size_t reach = 0;
+    int distance = 0;
+  };
+  // Tunable e's nearest candidate (the lower first at equal distance) that gets `point` further
+  // than `from`, if any.
+  const auto nearest_gain = [&](size_t e, size_t from) -> std::optional<Move> {
+    const int n = static_cast<int>(plan.file.params[e].candidates.size());
+    const int at = point.choice[e];
+    for (int distance = 1; distance < n; ++distance) {
+      std::optional<Move> best;
+      for (const int c : {at - distance, at + distance}) {
+        if (c < 0 || c >= n) continue;
+        SpacePoint moved = point;
+        moved.choice[e] = static_cast<uint8_t>(c);
+        const size_t r = reach(moved);
+        if (r > from && (!best || r > best->reach))
+          best = Move{e, static_cast<uint8_t>(c), r, distance};
+      }
+      if (best) return best;
+    }
+    return std::nullopt;
   };
   std::vector<bool> moved(point.choice.size(), false);
   moved.at(kept) = true;
-  auto [feasible, passed] = steps_passed(point);
-  while (!feasible) {
-    // Each tunable not moved yet, at its nearest candidate that gets further through the
-    // constraints; the one that gets furthest is moved (the nearer move on a tie).
-    std::optional<std::pair<size_t, uint8_t>> best;
-    size_t best_passed = passed;
-    int best_distance = 0;
+  for (size_t now = reach(point); now != std::numeric_limits<size_t>::max(); now = reach(point)) {
+    // Of the tunables not moved yet, the one whose nearest gain gets furthest (the nearer on a
+    // tie) is moved.
+    std::optional<Move> best;
     for (size_t e = 0; e < point.choice.size(); ++e) {
       if (moved[e]) continue;
-      const int n = static_cast<int>(plan.file.params[e].candidates.size());
-      const int at = point.choice[e];
-      for (int distance = 1; distance < n; ++distance) {
-        bool found = false;
-        for (const int c : {at - distance, at + distance}) {
-          if (c < 0 || c >= n) continue;
-          SpacePoint p = point;
-          p.choice[e] = static_cast<uint8_t>(c);
-          const auto [ok, further] = steps_passed(p);
-          const size_t reach = ok ? std::numeric_limits<size_t>::max() : further;
-          if (reach <= passed) continue;
-          found = true;
-          if (reach > best_passed || (reach == best_passed && distance < best_distance)) {
-            best = std::pair(e, static_cast<uint8_t>(c));
-            best_passed = reach;
-            best_distance = distance;
-          }
-        }
-        if (found) break;
-      }
+      const auto gain = nearest_gain(e, now);
+      if (gain && (!best || gain->reach > best->reach ||
+                   (gain->reach == best->reach && gain->distance < best->distance)))
+        best = gain;
     }
     if (!best) return std::nullopt;
-    point.choice[best->first] = best->second;
-    moved[best->first] = true;
-    std::tie(feasible, passed) = steps_passed(point);
+    point.choice[best->tunable] = best->candidate;
+    moved[best->tunable] = true;
   }
   return id_of(point);
 }
