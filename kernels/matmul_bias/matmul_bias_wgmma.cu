@@ -54,7 +54,7 @@
 //     memory and broadcasts each down its column; D is staged through shared memory and stored
 //     with TMA as in matmul_wgmma.cu.
 //     With BIAS_PREFETCH 1 the same sum is an explicit fusion tree whose bias node also
-//     prefetches the tile's bias into L2 as the tile's mainloop starts (L2PrefetchedBias).
+//     prefetches the tile's bias into L2 ahead of the epilogue (L2PrefetchedBias).
 //   - EPILOGUE 1 (direct register stores) has no fusion operations in CUTLASS, only the linear
 //     combination D = alpha * acc + beta * C. The bias is passed as that C with a row stride of
 //     0, so that every row reads the same N values (from L1/L2), with beta = 1.
@@ -84,11 +84,12 @@
 //   RASTER           tile order: 1 = along M, 2 = along N, 0 = CUTLASS's heuristic.
 //   SWIZZLE          width of the raster bands, in tiles (CUTLASS's max_swizzle_size).
 //   SPLIT            0 = persistent data-parallel scheduler, 1 = stream-K scheduler.
-//   BIAS_PREFETCH    1 = the epilogue's producer warp prefetches the tile's bias into L2 when
-//                    the tile starts (EPILOGUE 0). CUTLASS's row broadcast reads the bias only
-//                    when the epilogue begins, with the tile's result held in registers, so on
-//                    a cold call every tile waits for DRAM there. At 4096x256x1536 (one tile
-//                    per SM, 12 us) the prefetch saved 0.21-0.26 us on the H200.
+//   BIAS_PREFETCH    1 = the epilogue's producer warp prefetches the tile's bias into L2
+//                    ahead of the tile's epilogue (EPILOGUE 0). CUTLASS's row broadcast reads
+//                    the bias only when the epilogue begins, with the tile's result held in
+//                    registers, so on a cold call every tile waits for DRAM there. At
+//                    4096x256x1536 (one tile per SM, 12 us) the prefetch saved 0.21-0.26 us on
+//                    the H200.
 #include <cstdint>
 #include <type_traits>
 
@@ -129,9 +130,10 @@ using BiasFusion = cutlass::epilogue::fusion::LinCombPerColBias</*ElementOutput=
                                                                 /*ElementBias=*/Element>;
 // BIAS_PREFETCH 1: D = acc + bias[n] in fp32, rounded once, as BiasFusion; the bias is CUTLASS's
 // row broadcast that also asks for the epilogue's producer warp, which runs each tile's
-// producer-load callbacks as the tile's mainloop starts. Its only load is an L2 prefetch of the
-// tile's bias lines: nothing lands in shared memory, so no barrier orders it, and a prefetch
-// cannot fault or change a result.
+// producer-load callbacks ahead of the tile's epilogue (for a block's first tile, as the kernel
+// starts; for the next, once the epilogue has taken the last one's). Its only load is an L2
+// prefetch of the tile's bias lines: nothing lands in shared memory, so no barrier orders it,
+// and a prefetch cannot fault or change a result.
 using BiasBroadcast =
     cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, Element, float,
                                                 cute::Stride<cute::_0, cute::_1, int64_t>>;
