@@ -106,6 +106,40 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+struct Samples {
+  std::vector<double> events, inside, lead;  // us
+  int early = 0;  // calls whose first block started before the spin ended
+};
+
+// 50 calls of `v` (after 10 to warm up), each opened by `open` (the work a timer puts ahead of
+// the start event: a spin, which stamps its end, or a flush), then start event, launch, stop
+// event. `lead` means something only after the spin.
+template <class Open>
+Samples time_calls(const Variant& v, int blocks, uint64_t work_cycles, Open open,
+                   unsigned long long* stamps, cudaEvent_t start, cudaEvent_t stop,
+                   cudaStream_t s) {
+  Samples out;
+  for (int i = 0; i < 60; ++i) {
+    const unsigned long long init[3] = {0, ~0ull, 0};
+    CHECK(cudaMemcpyAsync(stamps, init, sizeof init, cudaMemcpyHostToDevice, s));
+    open(i);
+    CHECK(cudaEventRecord(start, s));
+    launch_variant(v, blocks, work_cycles, stamps, s);
+    CHECK(cudaEventRecord(stop, s));
+    CHECK(cudaEventSynchronize(stop));
+    unsigned long long got[3];
+    CHECK(cudaMemcpy(got, stamps, sizeof got, cudaMemcpyDeviceToHost));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i < 10) continue;  // warm-up
+    out.events.push_back(ms * 1e3);
+    out.inside.push_back((got[2] - got[1]) / 1e3);
+    out.lead.push_back((double(got[1]) - double(got[0])) / 1e3);
+    out.early += got[1] < got[0];
+  }
+  return out;
+}
+
 int main() {
   int sms = 0, clock_khz = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -141,67 +175,34 @@ int main() {
   for (double work_us : {5.0, 50.0}) {
     const uint64_t work_cycles = uint64_t(clock_khz * work_us / 1000);
     for (const Variant& v : variants) {
-      std::vector<double> ev, inside, lead;
-      int early = 0;
-      for (int i = 0; i < 60; ++i) {
-        const unsigned long long init[3] = {0, ~0ull, 0};
-        CHECK(cudaMemcpyAsync(stamps, init, sizeof init, cudaMemcpyHostToDevice, s));
-        spin<<<1, 32, 0, s>>>(spin_cycles, stamps);
-        CHECK(cudaEventRecord(start, s));
-        launch_variant(v, sms, work_cycles, stamps, s);
-        CHECK(cudaEventRecord(stop, s));
-        CHECK(cudaEventSynchronize(stop));
-        unsigned long long got[3];
-        CHECK(cudaMemcpy(got, stamps, sizeof got, cudaMemcpyDeviceToHost));
-        float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (i < 10) continue;  // warm-up
-        ev.push_back(ms * 1e3);
-        inside.push_back((got[2] - got[1]) / 1e3);
-        lead.push_back((double(got[1]) - double(got[0])) / 1e3);
-        early += got[1] < got[0];
-      }
+      const Samples r = time_calls(
+          v, sms, work_cycles, [&](int) { spin<<<1, 32, 0, s>>>(spin_cycles, stamps); }, stamps,
+          start, stop, s);
       char name[64];
       std::snprintf(name, sizeof name, "%s (%.0f)", v.name, work_us);
-      std::printf("%-44s %8.2f %9.2f %9.2f %9.2f %6d/50\n", name, median(ev), median(inside),
-                  median(ev) - median(inside), median(lead), early);
+      std::printf("%-44s %8.2f %9.2f %9.2f %9.2f %6d/50\n", name, median(r.events),
+                  median(r.inside), median(r.events) - median(r.inside), median(r.lead), r.early);
     }
   }
   // kforge's timer opens a call with a flush (a memset twice the L2's size), not a spin: does a
   // PDL launch overlap it?
-  size_t l2 = 0;
-  {
-    int bytes = 0;
-    CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, 0));
-    l2 = size_t(bytes);
-  }
+  int l2_bytes = 0;
+  CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0));
+  const size_t flush_bytes = 2 * size_t(l2_bytes);
   void* flush = nullptr;
-  CHECK(cudaMalloc(&flush, 2 * l2));
-  std::printf("\nafter a %zu MB memset instead of the spin\n", (2 * l2) >> 20);
+  CHECK(cudaMalloc(&flush, flush_bytes));
+  std::printf("\nafter a %zu MB memset instead of the spin\n", flush_bytes >> 20);
   std::printf("%-44s %8s %9s %9s\n", "variant (work us)", "events", "inside", "ev-inside");
   const uint64_t work_cycles = uint64_t(clock_khz * 5.0 / 1000);
   for (const Variant& v : variants) {
-    std::vector<double> ev, inside;
-    for (int i = 0; i < 60; ++i) {
-      const unsigned long long init[3] = {0, ~0ull, 0};
-      CHECK(cudaMemcpyAsync(stamps, init, sizeof init, cudaMemcpyHostToDevice, s));
-      CHECK(cudaMemsetAsync(flush, i & 0xff, 2 * l2, s));
-      CHECK(cudaEventRecord(start, s));
-      launch_variant(v, sms, work_cycles, stamps, s);
-      CHECK(cudaEventRecord(stop, s));
-      CHECK(cudaEventSynchronize(stop));
-      unsigned long long got[3];
-      CHECK(cudaMemcpy(got, stamps, sizeof got, cudaMemcpyDeviceToHost));
-      float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (i < 10) continue;
-      ev.push_back(ms * 1e3);
-      inside.push_back((got[2] - got[1]) / 1e3);
-    }
+    const Samples r = time_calls(
+        v, sms, work_cycles,
+        [&](int i) { CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s)); }, stamps, start,
+        stop, s);
     char name[64];
     std::snprintf(name, sizeof name, "%s (5)", v.name);
-    std::printf("%-44s %8.2f %9.2f %9.2f\n", name, median(ev), median(inside),
-                median(ev) - median(inside));
+    std::printf("%-44s %8.2f %9.2f %9.2f\n", name, median(r.events), median(r.inside),
+                median(r.events) - median(r.inside));
   }
   return 0;
 }

@@ -225,18 +225,19 @@ struct BiasTerm {
 // that epilogue's members are named).
 template <class EpilogueArguments>
 void add_bias(EpilogueArguments& epilogue, const kf_elem* bias, int M, int N) {
-  if constexpr (BIAS_PREFETCH == 1) {
-    // the tree's arguments: the accumulator's (none), the bias's, the sum's (none)
-    epilogue.thread = {
-        {},
-        {reinterpret_cast<const Element*>(bias), Element(0), {cute::_0{}, cute::_1{}, int64_t(0)}},
-        {}};
-    epilogue.ptr_C = nullptr;
-    epilogue.dC = StrideC{int64_t(N), cute::_1{}, int64_t(M) * N};
-  } else if constexpr (EPILOGUE == 0) {
-    epilogue.thread.alpha = 1.0f;
-    epilogue.thread.beta = 0.0f;
-    epilogue.thread.bias_ptr = reinterpret_cast<const Element*>(bias);
+  if constexpr (EPILOGUE == 0) {
+    if constexpr (BIAS_PREFETCH == 1) {
+      // the tree's arguments: the accumulator's (none), the bias's, the sum's (none)
+      epilogue.thread = {{},
+                         {reinterpret_cast<const Element*>(bias),
+                          Element(0),
+                          {cute::_0{}, cute::_1{}, int64_t(0)}},
+                         {}};
+    } else {
+      epilogue.thread.alpha = 1.0f;
+      epilogue.thread.beta = 0.0f;
+      epilogue.thread.bias_ptr = reinterpret_cast<const Element*>(bias);
+    }
     epilogue.ptr_C = nullptr;
     epilogue.dC = StrideC{int64_t(N), cute::_1{}, int64_t(M) * N};
   } else {

@@ -494,7 +494,8 @@ std::optional<PointId> SearchSpace::repair(SpacePoint point, size_t kept) const 
   };
   std::vector<bool> moved(point.choice.size(), false);
   moved.at(kept) = true;
-  for (size_t now = reach(point); now != std::numeric_limits<size_t>::max(); now = reach(point)) {
+  // The winning move already measured the point it leads to: its reach is the next `now`.
+  for (size_t now = reach(point); now != std::numeric_limits<size_t>::max();) {
     // Of the tunables not moved yet, the one whose nearest gain gets furthest (the nearer on a
     // tie) is moved.
     std::optional<Move> best;
@@ -508,6 +509,7 @@ std::optional<PointId> SearchSpace::repair(SpacePoint point, size_t kept) const 
     if (!best) return std::nullopt;
     point.choice[best->tunable] = best->candidate;
     moved[best->tunable] = true;
+    now = best->reach;
   }
   return id_of(point);
 }
