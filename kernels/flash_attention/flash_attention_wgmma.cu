@@ -7,6 +7,7 @@
  * param: PINGPONG = 1 in {0, 1}
  * param: HEADS_PER_SECTION = 8 in {1, 2, 4, 8, 16}
  * param: PERSISTENT = 1 in {0, 1}
+ * param: LAZY_RESCALE = 0 in {0, 1}
  * # two consumer warp groups of 64 query rows each
  * derive: BLOCK_M = 128
  * # shared memory at head_dim 128: the Q tile, STAGES K tiles and STAGES V tiles, barriers and
@@ -83,6 +84,13 @@
 // reference point is 0, so masked scores give exp2(-inf) = 0, not NaN. P is rounded to the
 // input type for the P V product (p in [0, 1]); l sums the unrounded p in fp32. O = o / l.
 //
+// LAZY_RESCALE 1: a row's reference point m moves only when a tile's maximum passes it by more
+// than kRescaleMargin (8, in log2 units), so p lies in [0, 2^8]: exact in fp32, and rounded to
+// 16 bits with the same relative error as in [0, 1]. O and l carry the same reference, so o / l
+// is unchanged. A warp whose 16 rows all kept theirs skips O's rescaling (64 multiplies a thread
+// a tile), which after a row's first keys is nearly every tile. Scores so large that the
+// two-step form below runs move m at every rise, as with 0.
+//
 // Edges: head_dim up to 128, instantiated for 64 and 128. TMA zero-fills what lies outside the
 // tensors: rows past seq_len (never read across into the next head, the head being a mode of
 // its own), and dimensions past a narrower head_dim, which add nothing to Q K^T and produce
@@ -96,6 +104,7 @@
 //   PINGPONG  1: the consumer warp groups alternate their wgmma issue; 0: each issues freely.
 //   HEADS_PER_SECTION  heads whose blocks are interleaved in the launch order (above).
 //   PERSISTENT  1: a block per SM takes tiles from a counter; 0: a block per tile.
+//   LAZY_RESCALE  1: the reference point moves only past a margin (above); 0: at every rise.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -124,6 +133,9 @@ constexpr int kConsumers = 2;  // consumer warp groups, 64 query rows each
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kConsumerThreads = 128 * kConsumers;
 constexpr int kMaxHeadDim = 128;
+// LAZY_RESCALE: how far (log2 units) a tile's maximum may pass a row's reference point before
+// the point moves; p <= 2^8 then.
+constexpr float kRescaleMargin = LAZY_RESCALE ? 8.0f : 0.0f;
 // setmaxnreg: the producer keeps what issuing copies needs, the consumers take the rest. The
 // registers move within the block's own allocation: __launch_bounds__(384, 1) gives each thread
 // 168 (65536 / 384, down to a multiple of 8), so the three warp groups' counts may sum to at
@@ -211,8 +223,9 @@ struct Tiles {
   };
 };
 
-// 2^v for v <= 0 (a score minus its row's maximum) in one MUFU instruction; 2^-inf = 0.
-__device__ __forceinline__ float exp2_nonpositive(float v) {
+// 2^v in one MUFU instruction for v <= kRescaleMargin (a score minus its row's reference point);
+// 2^-inf = 0.
+__device__ __forceinline__ float exp2_approx(float v) {
   float e;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v));
   return e;
@@ -404,10 +417,11 @@ static __global__ void __launch_bounds__(kThreads, 1)
   // Each score's (row, key) within the block's tile, for masking.
   Tensor s_coord = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<BLOCK_N>>{}));
 
-  int m_block = 0, head = 0;  // the tile's, set at its start
-  float row_max[2];           // log2 units, rows g and g + 8 of the thread's warp
-  float row_sum[2];           // this thread's share of the running sums
-  float rescale[2];           // exp2(m_old - m_new) of the last softmax
+  int m_block = 0, head = 0;     // the tile's, set at its start
+  float row_max[2];              // log2 units, rows g and g + 8 of the thread's warp: the reference
+  float row_sum[2];              // this thread's share of the running sums
+  float rescale[2];              // exp2(m_old - m_new) of the last softmax
+  bool o_needs_rescale = false;  // some row of the warp moved its reference in the last softmax
 
   // The softmax of tile n's scores in s: masked where asked, maxima, p in place, sums. The
   // scores stay unscaled: a row's maximum is taken of them and scaled once (the scale is
@@ -443,31 +457,38 @@ static __global__ void __launch_bounds__(kThreads, 1)
       huge = huge || (fabsf(scaled_max[h]) >= kLargestFoldedMax && scaled_max[h] != -INFINITY);
     }
     const bool two_step = __any_sync(0xffffffffu, huge);
+    const float margin = two_step ? 0.0f : kRescaleMargin;
     float base[2];
+    bool moved = false;
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < 2; ++h) {
       if (two_step) scaled_max[h] = __fmul_rn(row_top[h], p.scale_log2);
-      const float new_max = fmaxf(row_max[h], scaled_max[h]);
-      base[h] = new_max == -INFINITY ? 0.0f : new_max;      // 0 while every key so far is masked
-      rescale[h] = exp2_nonpositive(row_max[h] - base[h]);  // 0 on a row's first keys
+      // -inf + margin is -inf: a row's first unmasked keys always move it.
+      const float new_max = scaled_max[h] > row_max[h] + margin ? scaled_max[h] : row_max[h];
+      base[h] = new_max == -INFINITY ? 0.0f : new_max;  // 0 while every key so far is masked
+      rescale[h] = exp2_approx(row_max[h] - base[h]);   // 0 on a row's first keys
+      moved = moved || new_max != row_max[h];
       row_max[h] = new_max;
       row_sum[h] *= rescale[h];
     }
+    o_needs_rescale = __any_sync(0xffffffffu, moved);
     if (two_step) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(s); ++i)
-        s(i) = exp2_nonpositive(__fmul_rn(s(i), p.scale_log2) - base[row_half(i)]);
+        s(i) = exp2_approx(__fmul_rn(s(i), p.scale_log2) - base[row_half(i)]);
     } else {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(s); ++i)
-        s(i) = exp2_nonpositive(fmaf(s(i), p.scale_log2, -base[row_half(i)]));
+        s(i) = exp2_approx(fmaf(s(i), p.scale_log2, -base[row_half(i)]));
     }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(s); ++i)
       row_sum[row_half(i)] += s(i);
   };
-  // O *= exp2(m_old - m_new), once the products that wrote O have retired.
+  // O *= exp2(m_old - m_new), once the products that wrote O have retired; nothing to do where
+  // no row of the warp moved its reference (rescale is then exactly 1).
   const auto rescale_o = [&]() {
+    if (!o_needs_rescale) return;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(o); ++i)
       o(i) *= rescale[row_half(i)];
