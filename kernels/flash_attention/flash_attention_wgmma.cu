@@ -7,7 +7,7 @@
  * param: PINGPONG = 1 in {0, 1}
  * param: HEADS_PER_SECTION = 8 in {1, 2, 4, 8, 16}
  * param: PERSISTENT = 1 in {0, 1}
- * param: LAZY_RESCALE = 0 in {0, 1}
+ * param: LAZY_RESCALE = 1 in {0, 1}
  * # two consumer warp groups of 64 query rows each
  * derive: BLOCK_M = 128
  * # shared memory at head_dim 128: the Q tile, STAGES K tiles and STAGES V tiles, barriers and
@@ -466,8 +466,10 @@ static __global__ void __launch_bounds__(kThreads, 1)
       // -inf + margin is -inf: a row's first unmasked keys always move it.
       const float new_max = scaled_max[h] > row_max[h] + margin ? scaled_max[h] : row_max[h];
       base[h] = new_max == -INFINITY ? 0.0f : new_max;  // 0 while every key so far is masked
-      rescale[h] = exp2_approx(row_max[h] - base[h]);   // 0 on a row's first keys
-      moved = moved || new_max != row_max[h];
+      // Exactly 1 where the point stays (the skip below relies on it); 0 on a row's first keys.
+      const bool row_moved = new_max != row_max[h];
+      rescale[h] = row_moved ? exp2_approx(row_max[h] - base[h]) : 1.0f;
+      moved = moved || row_moved;
       row_max[h] = new_max;
       row_sum[h] *= rescale[h];
     }

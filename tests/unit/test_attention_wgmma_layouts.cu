@@ -10,6 +10,7 @@
 #define PINGPONG 1
 #define HEADS_PER_SECTION 8
 #define PERSISTENT 0
+#define LAZY_RESCALE 1
 #define BLOCK_M 128
 #include "flash_attention_wgmma.cu"
 
