@@ -169,12 +169,16 @@ std::string LibraryChoice::describe() const {
       adopted_from.empty()
           ? std::string()
           : fmt::format(", adopted from the {} table, checked and timed here", adopted_from);
+  const std::string unchecked =
+      checked_in_present_text
+          ? std::string()
+          : "; not checked in its file's present text (kforge check --table checks it)";
   switch (source) {
     case Source::exact_size:
-      return fmt::format("tuned at {}{}{}", tuned_shape, borrowed, adopted);
+      return fmt::format("tuned at {}{}{}{}", tuned_shape, borrowed, adopted, unchecked);
     case Source::nearest_size:
-      return fmt::format("tuned at {} (the nearest tuned size{}{})", tuned_shape, borrowed,
-                         adopted);
+      return fmt::format("tuned at {} (the nearest tuned size{}{}){}", tuned_shape, borrowed,
+                         adopted, unchecked);
     case Source::defaults:
       break;
   }
@@ -193,6 +197,7 @@ nlohmann::json LibraryChoice::to_json() const {
   if (!table.empty()) j["table"] = table.string();
   if (borrowed_from) j["table_dtype"] = dtype_name(*borrowed_from);
   if (!adopted_from.empty()) j["adopted_from"] = adopted_from;
+  if (source != Source::defaults) j["checked_in_present_text"] = checked_in_present_text;
   j["untuned_device"] = untuned_device();
   return j;
 }
@@ -275,6 +280,22 @@ std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype
 
 bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash) {
   return !source_hash.empty() && row_check_text(row, dtype) == source_hash;
+}
+
+CheckInText row_check_in_text(const nlohmann::json& row, DType table_dtype, DType dtype,
+                              const std::string& text_hash) {
+  if (text_hash.empty()) return CheckInText::none;
+  const auto verdict = [](const std::string& result) {
+    return result.starts_with("PASS") ? CheckInText::passed : CheckInText::failed;
+  };
+  // A check --table record of this text is the latest word on it.
+  if (const nlohmann::json* check = row_check(row, dtype);
+      check && check_source_hash(*check) == text_hash) {
+    return verdict(check->value("result", std::string()));
+  }
+  if (dtype == table_dtype && row_source_hash(row) == text_hash)
+    return verdict(row.value("final_check", std::string()));
+  return CheckInText::none;
 }
 
 int record_table_check(const fs::path& path, const std::string& file, const nlohmann::json& params,
@@ -370,8 +391,11 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
         return f.path.filename().string() == name;
       });
       if (file == files.end()) continue;
+      const CheckInText check = row_check_in_text(*row, table_dtype, dtype, file->text_hash);
+      if (check == CheckInText::failed) continue;  // the file as it is now fails there
       const auto params = valid_params(*file, row->at("params"), sizes, dtype, device);
       if (!params) continue;
+      choice.checked_in_present_text = check == CheckInText::passed;
       choice.file = file->path;
       choice.params = *params;
       choice.source =

@@ -96,6 +96,14 @@ bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string&
 // A row's check record in `dtype`, or null when it has none.
 const nlohmann::json* row_check(const nlohmann::json& row, DType dtype);
 
+// What a row (of a table in `table_dtype`) records about `dtype` for its file's text
+// `text_hash`: a check made on that text passed or failed, or none was. The checks that count are
+// `kforge check --table`'s in `dtype` and, in the table's own dtype, the tune's final check, made
+// on the text its variant key names.
+enum class CheckInText { passed, failed, none };
+CheckInText row_check_in_text(const nlohmann::json& row, DType table_dtype, DType dtype,
+                              const std::string& text_hash);
+
 // "NVIDIA H200 (cc 9.0)" -> "NVIDIA-H200-cc-9-0": safe in a file name.
 std::string file_name_slug(std::string text);
 
@@ -117,11 +125,15 @@ struct LibraryChoice {
   std::filesystem::path table;            // the table consulted, if any
   std::optional<DType> borrowed_from;     // the table's dtype, when it is not the problem's
   std::string adopted_from;  // the device whose table's rows this device's table adopted
+  // The row's check in this dtype was made on the file's present text (library_choice skips a
+  // row whose check there failed; one checked only on an earlier text is used, and says so).
+  bool checked_in_present_text = false;
 
   // The device has no table for the op in this dtype (nor one of the same width): the run
   // gets the starter's defaults, which are no tuned result (untuned_offer says what to do).
   bool untuned_device() const { return source == Source::defaults && table.empty(); }
-  // "tuned at 8192x8192", "tuned at 4096x4096 (nearest)", "defaults (no table for ...)".
+  // "tuned at 8192x8192", "tuned at 4096x4096 (nearest)", "defaults (no table for ...)"; a row
+  // not checked in its file's present text says so.
   std::string describe() const;
   nlohmann::json to_json() const;
 };

@@ -96,7 +96,8 @@ Sizes mn(int64_t m, int64_t n) {
   return {{"M", m}, {"N", n}};
 }
 
-// One row as `kforge tune --sizes all` writes it.
+// One row as `kforge tune --sizes all` writes it. Its variant key "test" becomes the file's
+// present text (write_table), as a tune of the tree would have it; any other key is kept.
 json table_row(int64_t m, int64_t n, const std::string& file, const json& params, double time_us,
                const std::string& final_check = "PASS (seed 1)") {
   return {{"shape", std::to_string(m) + "x" + std::to_string(n)},
@@ -110,9 +111,14 @@ json table_row(int64_t m, int64_t n, const std::string& file, const json& params
 
 // Writes the rmsnorm table (f32 unless told) for this machine's CPU (in the tree
 // KFORGE_INCLUDE_DIR names).
-fs::path write_table(const std::vector<json>& rows, DType dtype = DType::f32) {
+fs::path write_table(std::vector<json> rows, DType dtype = DType::f32) {
   const std::string key = device_key(cpu_device_info());
   const fs::path path = tuned_table_path("rmsnorm", dtype, key);
+  for (json& row : rows) {
+    if (row.value("variant_key", json()) != "test" || !row.at("file").is_string()) continue;
+    const fs::path file = library_kernels_dir() / "rmsnorm" / row.at("file").get<std::string>();
+    if (fs::is_regular_file(file)) row["variant_key"] = KernelFile::load(file).text_hash + "|test";
+  }
   write_text(path, json{{"op", "rmsnorm"},
                         {"dtype", dtype_name(dtype)},
                         {"device", key},
@@ -400,8 +406,9 @@ TEST_F(LibraryChoiceTest, SameWidthDtypeBorrowsOnlyRowsCheckedInIt) {
   EXPECT_EQ(choose(mn(4096, 4096), DType::f16).source, LibraryChoice::Source::defaults);
 
   // Both rows running UNROLL=8 get the pass; the chunked row gets a failure.
+  const std::string text = KernelFile::load(kernel("rmsnorm_cpu.cpp")).text_hash;
   EXPECT_EQ(record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 8}}, DType::f16,
-                               "PASS (five stages)", 7, "text-1"),
+                               "PASS (five stages)", 7, text),
             2);
   EXPECT_EQ(
       record_table_check(table, "rmsnorm_chunked_cpu.cpp", json{{"CHUNK", 256}, {"UNROLL", 2}},
@@ -413,7 +420,7 @@ TEST_F(LibraryChoiceTest, SameWidthDtypeBorrowsOnlyRowsCheckedInIt) {
   const json rows = read_tuned_table(table).at("sizes");
   EXPECT_EQ(rows[0].at("checks").at("f16").at("result"), "PASS (five stages)");
   EXPECT_EQ(rows[0].at("checks").at("f16").at("seed"), 7);
-  EXPECT_EQ(rows[0].at("checks").at("f16").at("source_hash"), "text-1");
+  EXPECT_EQ(rows[0].at("checks").at("f16").at("source_hash"), text);
   EXPECT_TRUE(row_serves_dtype(rows[0], DType::bf16, DType::f16));
   EXPECT_TRUE(row_serves_dtype(rows[0], DType::bf16, DType::bf16));
   EXPECT_FALSE(row_serves_dtype(rows[0], DType::bf16, DType::f32));
@@ -434,6 +441,59 @@ TEST_F(LibraryChoiceTest, SameWidthDtypeBorrowsOnlyRowsCheckedInIt) {
   EXPECT_EQ(choose(mn(4096, 4096), DType::f32).source, LibraryChoice::Source::defaults);
   // bf16 itself is unaffected.
   EXPECT_FALSE(choose(mn(4096, 4096), DType::bf16).borrowed_from.has_value());
+}
+
+// A row serves a problem in the file's present text when its check there passed, says so when its
+// checks were made on another text (the file edited since), and is passed over when its check in
+// the present text failed.
+TEST_F(LibraryChoiceTest, ARowSaysWhetherItWasCheckedInItsFilesPresentText) {
+  json row = table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5);
+  row["variant_key"] = "earlier-text|UNROLL=8|f32|cpu|";
+  const fs::path table = write_table({row, table_row(2048, 2048, "rmsnorm_cpu.cpp", {}, 60.0)});
+  const std::string text = KernelFile::load(kernel("rmsnorm_cpu.cpp")).text_hash;
+
+  // Tuned (and finally checked) on an earlier text: used, and said to be.
+  LibraryChoice c = choose(mn(4096, 4096));
+  EXPECT_EQ(c.source, LibraryChoice::Source::exact_size);
+  EXPECT_FALSE(c.checked_in_present_text);
+  EXPECT_EQ(c.describe(),
+            "tuned at 4096x4096; not checked in its file's present text (kforge check --table "
+            "checks it)");
+  EXPECT_EQ(c.to_json().at("checked_in_present_text"), false);
+  // The row tuned on the present text.
+  EXPECT_TRUE(choose(mn(2048, 2048)).checked_in_present_text);
+  EXPECT_EQ(choose(mn(2048, 2048)).describe(), "tuned at 2048x2048");
+  // Defaults carry no such field.
+  EXPECT_FALSE(choose(mn(4096, 4096), DType::bf16).to_json().contains("checked_in_present_text"));
+
+  // kforge check --table passes it on the present text.
+  ASSERT_EQ(record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 8}}, DType::f32,
+                               "PASS (five stages)", 3, text),
+            1);
+  c = choose(mn(4096, 4096));
+  EXPECT_TRUE(c.checked_in_present_text);
+  EXPECT_EQ(c.describe(), "tuned at 4096x4096");
+
+  // It fails there: the row is passed over (the nearest other row serves), though its final
+  // check on the earlier text passed.
+  ASSERT_EQ(record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 8}}, DType::f32,
+                               "FAIL (WRONG): x", 4, text),
+            1);
+  c = choose(mn(4096, 4096));
+  EXPECT_EQ(c.tuned_shape, "2048x2048");
+  EXPECT_EQ(c.source, LibraryChoice::Source::nearest_size);
+
+  // A failure on yet another text says nothing about this one.
+  ASSERT_EQ(record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 8}}, DType::f32,
+                               "FAIL (WRONG): x", 5, "another-text"),
+            1);
+  c = choose(mn(4096, 4096));
+  EXPECT_EQ(c.tuned_shape, "4096x4096");
+  EXPECT_FALSE(c.checked_in_present_text);
+
+  EXPECT_EQ(row_check_in_text(row, DType::f32, DType::f32, ""), CheckInText::none);
+  EXPECT_EQ(row_check_in_text(row, DType::f32, DType::f32, "earlier-text"), CheckInText::passed);
+  EXPECT_EQ(row_check_in_text(row, DType::bf16, DType::f32, "earlier-text"), CheckInText::none);
 }
 
 // A CUDA device of compute capability `major`.`minor`, for the table lookups (no GPU needed).
@@ -565,6 +625,7 @@ TEST_F(LibraryChoiceTest, UntunedDeviceGetsTheOfferWithEstimates) {
   EXPECT_EQ(untuned_offer(op, DType::bf16, h100, tuned), "");
   tuned.tuned_shape = "4096x4096";
   tuned.adopted_from = "NVIDIA H200 (cc 9.0)";
+  tuned.checked_in_present_text = true;
   EXPECT_EQ(tuned.describe(),
             "tuned at 4096x4096, adopted from the NVIDIA H200 (cc 9.0) table, checked and timed "
             "here");
