@@ -79,17 +79,18 @@
 // kf::Workspace zeroed in stream order before each launch, so calls of one module on two
 // streams at once would share it.
 //
-// Stability: as in flash_attention_mma.cu. The running maximum m starts at -inf; scores are
-// exponentiated only after it is subtracted; while every key a row has seen is masked its
-// reference point is 0, so masked scores give exp2(-inf) = 0, not NaN. P is rounded to the
-// input type for the P V product (p in [0, 1]); l sums the unrounded p in fp32. O = o / l.
+// Stability: as in flash_attention_mma.cu. A row's reference point m (its running maximum,
+// under LAZY_RESCALE 0) starts at -inf; scores are exponentiated only after it is subtracted;
+// while every key a row has seen is masked it is 0, so masked scores give exp2(-inf) = 0, not
+// NaN. P is rounded to the input type for the P V product (p in [0, 1], or [0, 2^8] below); l
+// sums the unrounded p in fp32. O = o / l.
 //
-// LAZY_RESCALE 1: a row's reference point m moves only when a tile's maximum passes it by more
-// than kRescaleMargin (8, in log2 units), so p lies in [0, 2^8]: exact in fp32, and rounded to
-// 16 bits with the same relative error as in [0, 1]. O and l carry the same reference, so o / l
-// is unchanged. A warp whose 16 rows all kept theirs skips O's rescaling (64 multiplies a thread
-// a tile), which after a row's first keys is nearly every tile. Scores so large that the
-// two-step form below runs move m at every rise, as with 0.
+// LAZY_RESCALE 1: m moves only when a tile's maximum passes it by more than kRescaleMargin (8,
+// in log2 units), so p lies in [0, 2^8]: far from overflow in fp32 and in either 16-bit type,
+// and rounded to 16 bits with the same relative error as in [0, 1]. O and l carry the same
+// reference, so o / l is unchanged. A warp whose 16 rows all kept theirs skips O's rescaling
+// (head_dim / 2 multiplies a thread a tile), which after a row's first keys is nearly every
+// tile. Scores so large that the two-step form below runs move m at every rise, as with 0.
 //
 // Edges: head_dim up to 128, instantiated for 64 and 128. TMA zero-fills what lies outside the
 // tensors: rows past seq_len (never read across into the next head, the head being a mode of
@@ -425,14 +426,15 @@ static __global__ void __launch_bounds__(kThreads, 1)
 
   // The softmax of tile n's scores in s: masked where asked, maxima, p in place, sums. The
   // scores stay unscaled: a row's maximum is taken of them and scaled once (the scale is
-  // positive: kforge_run sends any other to the plain path), and each p = exp2(s * scale -
-  // max) is one FFMA ahead of the MUFU instead of a multiply and a subtraction. That needs the
-  // scaled maximum rounded up (every difference then <= 0) and small: at 2^e its rounding is
-  // off by up to 2^(e - 23), and every p, the largest one included, would be scaled by
-  // exp2 of that (0 once it is large). Where a warp sees a scaled maximum of magnitude 2^24 or
-  // more (scores no model produces, but a caller may pass), it takes the two-step form: scores
-  // rounded to their scaled values and the maximum one of them, so that the largest score's
-  // difference is exactly 0 and every difference that gives a nonzero p is exact.
+  // positive: kforge_run sends any other to the plain path), and each p = exp2(s * scale - m)
+  // is one FFMA ahead of the MUFU instead of a multiply and a subtraction. That needs the
+  // scaled maximum rounded up (every difference then <= the margin, <= 0 where m moves) and
+  // small: at 2^e its rounding is off by up to 2^(e - 23), and every p, the largest one
+  // included, would be scaled by exp2 of that (0 once it is large). Where a warp sees a scaled
+  // maximum of magnitude 2^24 or more (scores no model produces, but a caller may pass), it
+  // takes the two-step form: scores rounded to their scaled values and the maximum one of them,
+  // so that the largest score's difference is exactly 0 and every difference that gives a
+  // nonzero p is exact.
   const auto softmax = [&](int n, bool masked) {
     if (masked) {
       const int row0 = m_block * kBlockM, key0 = n * BLOCK_N;

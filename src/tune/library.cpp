@@ -93,8 +93,10 @@ const nlohmann::json* row_checks(const nlohmann::json& row) {
 }
 
 // `row` with the checks of `old` (the row it replaces) that cover the same variant and file text
-// and that `row` does not have itself.
-nlohmann::json with_checks_kept(const nlohmann::json& row, const nlohmann::json& old) {
+// and that `row` does not have itself. In the table's dtype (`table_dtype`) the row's own final
+// check is the newer word, so an older check there is not kept.
+nlohmann::json with_checks_kept(const nlohmann::json& row, const nlohmann::json& old,
+                                DType table_dtype) {
   const std::string text = row_source_hash(row);
   const nlohmann::json* old_checks = row_checks(old);
   if (text.empty() || !old_checks ||
@@ -104,7 +106,7 @@ nlohmann::json with_checks_kept(const nlohmann::json& row, const nlohmann::json&
   }
   nlohmann::json kept = row;
   for (const auto& [dtype, check] : old_checks->items()) {
-    if (check_source_hash(check) != text) continue;
+    if (check_source_hash(check) != text || dtype == dtype_name(table_dtype)) continue;
     const nlohmann::json* own = row_checks(kept);
     if (!own || !own->contains(dtype)) kept["checks"][dtype] = check;
   }
@@ -145,7 +147,7 @@ nlohmann::json write_tuned_table(const fs::path& path, const OpSpec& op, DType d
   };
   for (nlohmann::json row : rows) {
     if (const auto old = at_shape(old_rows, row); old != old_rows.end())
-      row = with_checks_kept(row, *old);
+      row = with_checks_kept(row, *old, dtype);
     const auto same = at_shape(written, row);
     if (same != written.end()) {
       *same = row;
@@ -253,7 +255,8 @@ std::optional<DType> same_width_dtype(DType dtype) {
 }  // namespace
 
 bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype) {
-  if (dtype == table_dtype) return row.value("final_check", std::string()).starts_with("PASS");
+  if (dtype == table_dtype && row.value("final_check", std::string()).starts_with("PASS"))
+    return true;
   const std::string name(dtype_name(dtype));
   if (!row.contains("checks") || !row.at("checks").contains(name)) return false;
   return row.at("checks").at(name).value("result", std::string()).starts_with("PASS");

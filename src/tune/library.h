@@ -69,7 +69,8 @@ nlohmann::json write_tuned_table(const std::filesystem::path& path, const OpSpec
                                  const nlohmann::json& rows, bool merge);
 
 // Whether a row of a table for `table_dtype` may serve `dtype`: it passed its final check in the
-// table's dtype, or it has a passing check recorded for `dtype`.
+// table's dtype, or it has a passing check recorded for `dtype` (kforge check --table's). Whether
+// that check was of the file's present code is row_check_in_text's question.
 bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype);
 
 // Records a five-stage check `result` ("PASS ..." or "FAIL ...") of `dtype` in every row of the

@@ -496,6 +496,42 @@ TEST_F(LibraryChoiceTest, ARowSaysWhetherItWasCheckedInItsFilesPresentText) {
   EXPECT_EQ(row_check_in_text(row, DType::bf16, DType::f32, "earlier-text"), CheckInText::none);
 }
 
+// On one text, a check --table record is the later word than the tune's final check: its FAIL
+// stops a row whose final check passed, and its PASS lets one serve whose final check did not
+// run. A tune that writes the variant again brings a newer final check, which replaces it.
+TEST_F(LibraryChoiceTest, ACheckOfThePresentTextOverridesTheTunesFinalCheck) {
+  const std::string text = KernelFile::load(kernel("rmsnorm_cpu.cpp")).text_hash;
+  const json row = table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5);
+  const fs::path table = write_table({row});
+  ASSERT_TRUE(choose(mn(4096, 4096)).checked_in_present_text);
+  ASSERT_EQ(record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 8}}, DType::f32,
+                               "FAIL (WRONG): x", 4, text),
+            1);
+  EXPECT_EQ(choose(mn(4096, 4096)).source, LibraryChoice::Source::defaults);
+
+  // The same variant tuned again at the size, on the same text: its final check is the newer.
+  json again = row;
+  again["variant_key"] = text + "|test";  // as write_table wrote it
+  again["time_us"] = 118.0;
+  const json rewritten =
+      write_tuned_table(table, *find_op("rmsnorm"), DType::f32, device_key(cpu_device_info()),
+                        "given", json::array({again}), true)
+          .at(0);
+  EXPECT_FALSE(rewritten.contains("checks")) << rewritten.dump();
+  EXPECT_TRUE(choose(mn(4096, 4096)).checked_in_present_text);
+
+  // A final check that did not run (a replay), and a check --table PASS on the present text.
+  write_table(
+      {table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5, "not checked (replay)")});
+  EXPECT_EQ(choose(mn(4096, 4096)).source, LibraryChoice::Source::defaults);
+  ASSERT_EQ(record_table_check(table, "rmsnorm_cpu.cpp", json{{"UNROLL", 8}}, DType::f32,
+                               "PASS (five stages)", 5, text),
+            1);
+  const LibraryChoice c = choose(mn(4096, 4096));
+  EXPECT_EQ(c.source, LibraryChoice::Source::exact_size);
+  EXPECT_TRUE(c.checked_in_present_text);
+}
+
 // A CUDA device of compute capability `major`.`minor`, for the table lookups (no GPU needed).
 DeviceInfo cuda_device(const std::string& name, int major, int minor) {
   DeviceInfo d;
