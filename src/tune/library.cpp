@@ -257,9 +257,8 @@ std::optional<DType> same_width_dtype(DType dtype) {
 bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype) {
   if (dtype == table_dtype && row.value("final_check", std::string()).starts_with("PASS"))
     return true;
-  const std::string name(dtype_name(dtype));
-  if (!row.contains("checks") || !row.at("checks").contains(name)) return false;
-  return row.at("checks").at(name).value("result", std::string()).starts_with("PASS");
+  const nlohmann::json* check = row_check(row, dtype);
+  return check && check->value("result", std::string()).starts_with("PASS");
 }
 
 std::string row_source_hash(const nlohmann::json& row) {
