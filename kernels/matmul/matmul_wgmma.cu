@@ -14,9 +14,15 @@
  * param: RASTER = 0 in {0, 1, 2}
  * param: SWIZZLE = 1 in {1, 2, 4, 8}
  * param: SPLIT = 0 in {0, 1}
- * # Cooperative: the two consumer warp groups take 64-row wgmma atoms side by side along M, so
- * # a tile is a whole number of 128-row pairs. Ping-pong: one warp group per tile, 64-row atoms.
- * require: SCHEDULE == 0 ? TILE_M % 128 == 0 : TILE_M % 64 == 0
+ * param: SWAP_AB = 0 in {0, 1}
+ * # CUTLASS's tile: C's TILE_M x TILE_N, or with SWAP_AB 1 (the product computed as
+ * # C^T = B^T A^T) its transpose, TILE_N x TILE_M.
+ * derive: GEMM_TILE_M = SWAP_AB == 1 ? TILE_N : TILE_M
+ * derive: GEMM_TILE_N = SWAP_AB == 1 ? TILE_M : TILE_N
+ * # Cooperative: the two consumer warp groups take 64-row wgmma atoms side by side along
+ * # CUTLASS's M, so its tile is a whole number of 128-row pairs. Ping-pong: one warp group per
+ * # tile, 64-row atoms.
+ * require: SCHEDULE == 0 ? GEMM_TILE_M % 128 == 0 : GEMM_TILE_M % 64 == 0
  * # fp32 accumulators per consumer thread. A consumer warp group gets 232 or 240 registers
  * # (setmaxnreg): 192 accumulators compile without spills, 256 spill (nvcc 13.0).
  * derive: ACC_REGS = TILE_M * TILE_N / (SCHEDULE == 0 ? 256 : 128)
@@ -28,9 +34,9 @@
  * # pads to the buffers' swizzle alignment (measured: 1 KB at EPI_N 32, 2 KB at 64; the 16 rows
  * # bound both); the mainloop's barriers and the 1024-byte alignment of swizzled tiles (an upper
  * # bound, checked by a static_assert).
- * derive: EPI_ROWS = min(TILE_M, SCHEDULE == 0 ? 128 : 64)
+ * derive: EPI_ROWS = min(GEMM_TILE_M, SCHEDULE == 0 ? 128 : 64)
  * # EPI_N only shapes the TMA epilogue's sub-tiles: the register-store epilogue ignores it.
- * require: EPILOGUE == 0 ? TILE_N % EPI_N == 0 : EPI_N == 32
+ * require: EPILOGUE == 0 ? GEMM_TILE_N % EPI_N == 0 : EPI_N == 32
  * derive: EPI_BYTES = EPILOGUE == 0 ? (2 * EPI_ROWS + 16) * EPI_N * elem_bytes : 0
  * derive: SMEM_BYTES = STAGES * (TILE_M + TILE_N) * TILE_K * elem_bytes + EPI_BYTES + 1024
  * require: SMEM_BYTES <= max_shared_per_block
@@ -100,13 +106,22 @@
 //   SCHEDULE         0 = KernelTmaWarpSpecializedCooperative, 1 = KernelTmaWarpSpecializedPingpong.
 //   EPILOGUE         0 = TMA-store epilogue (shared-memory staging), 1 = direct register stores.
 //   EPI_N            columns of one TMA-epilogue sub-tile (its rows: 128 cooperative, 64
-//                    ping-pong). 32 is CUTLASS's own choice; 64 halves the sub-tiles, and with
-//                    them the consumer barriers and store waits of every tile's epilogue, for
-//                    twice the staging memory; 16 is for TILE_N 176, which 32 does not divide.
-//   RASTER           tile order: 1 = along M, 2 = along N, 0 = CUTLASS's heuristic (along M
-//                    when there are more tiles along N than along M, else along N).
+//                    ping-pong), in CUTLASS's terms. 32 is CUTLASS's own choice; 64 halves the
+//                    sub-tiles, and with them the consumer barriers and store waits of every
+//                    tile's epilogue, for twice the staging memory; 16 is for TILE_N 176, which
+//                    32 does not divide.
+//   RASTER           tile order: 1 = along C's M, 2 = along C's N, 0 = CUTLASS's heuristic
+//                    (along its M when it has more tiles along its N than along its M, else
+//                    along its N).
 //   SWIZZLE          width of the raster bands, in tiles (CUTLASS's max_swizzle_size).
 //   SPLIT            0 = persistent data-parallel scheduler, 1 = stream-K scheduler.
+//   SWAP_AB          1 = compute C^T = B^T A^T. B^T becomes the wgmma's first operand, read
+//                    MN-major, and A^T its second, read K-major; C is written as a column-major
+//                    C^T. The cooperative warp groups then split C's columns instead of its
+//                    rows: at 128 x 256 each holds a 128 x 128 accumulator (two 64 x 128 wgmma
+//                    atoms per K step) instead of 64 x 256 (one 64 x 256 atom). This is
+//                    cuBLAS's arrangement at 4096^3 on Hopper (its nvjet kernel issues twice
+//                    as many wgmma instructions as the unswapped tile, by Nsight Compute).
 #include <cstdint>
 #include <type_traits>
 
@@ -118,16 +133,27 @@ namespace {
 
 using Element = kf::CutlassElement;
 
-using LayoutA = cutlass::layout::RowMajor;  // A: [M, K], K contiguous
-using LayoutB = cutlass::layout::RowMajor;  // B: [K, N], N contiguous (MN-major for wgmma)
-using LayoutD = cutlass::layout::RowMajor;  // C: [M, N]
+// CUTLASS's product. SWAP_AB 0: C = A B, its operands A [M, K] (K contiguous: row-major) and
+// B [K, N] (N contiguous: row-major, MN-major for wgmma), C row-major. SWAP_AB 1: C^T = B^T A^T,
+// its M and N being C's N and M: its first operand B^T [N, K] (N contiguous: column-major), its
+// second A^T [K, M] (K contiguous: column-major), its output C^T [N, M] (column-major). The same
+// memory either way; only the roles of the wgmma operands change.
+constexpr bool kSwapAB = SWAP_AB == 1;
+using RowMajor = cutlass::layout::RowMajor;
+using ColumnMajor = cutlass::layout::ColumnMajor;
+using LayoutA = std::conditional_t<kSwapAB, ColumnMajor, RowMajor>;
+using LayoutB = std::conditional_t<kSwapAB, ColumnMajor, RowMajor>;
+using LayoutD = std::conditional_t<kSwapAB, ColumnMajor, RowMajor>;
 using Accumulator = float;
 
 // TMA's 16-byte rule in elements: the alignment every operand's rows and base must have.
 constexpr int kAlignment = 16 / int(sizeof(Element));
 
-using TileShape = cute::Shape<cute::Int<TILE_M>, cute::Int<TILE_N>, cute::Int<TILE_K>>;
-using ClusterShape = cute::Shape<cute::Int<CLUSTER_M>, cute::Int<CLUSTER_N>, cute::_1>;
+// CLUSTER_M and CLUSTER_N count blocks along C's rows and columns, in CUTLASS's terms or not.
+constexpr int kGemmClusterM = kSwapAB ? CLUSTER_N : CLUSTER_M;
+constexpr int kGemmClusterN = kSwapAB ? CLUSTER_M : CLUSTER_N;
+using TileShape = cute::Shape<cute::Int<GEMM_TILE_M>, cute::Int<GEMM_TILE_N>, cute::Int<TILE_K>>;
+using ClusterShape = cute::Shape<cute::Int<kGemmClusterM>, cute::Int<kGemmClusterN>, cute::_1>;
 
 using MainloopSchedule =
     std::conditional_t<SCHEDULE == 0, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
@@ -161,7 +187,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     LayoutB, kAlignment, Accumulator, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCount<STAGES>, MainloopSchedule>::CollectiveOp;
 
-using ProblemShape = cute::Shape<int, int, int, int>;  // (M, N, K, batch = 1)
+using ProblemShape = cute::Shape<int, int, int, int>;  // CUTLASS's (M, N, K, batch = 1)
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
                                                         CollectiveEpilogue, TileSchedulerTag>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
@@ -169,9 +195,11 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 static_assert(GemmKernel::MaxThreadsPerBlock == 384, "the header's threads: line");
 static_assert(GemmKernel::SharedStorageSize <= SMEM_BYTES, "the header's shared_bytes bound");
 
-using StrideA = typename GemmKernel::StrideA;  // (M, K, batch): (K, 1, M * K)
-using StrideB = typename GemmKernel::StrideB;  // (N, K, batch): (1, N, K * N)
-using StrideD = typename GemmKernel::StrideD;  // (M, N, batch): (N, 1, M * N)
+// Strides in CUTLASS's (M, K, batch), (N, K, batch) and (M, N, batch) order; one of each
+// triple is the static 1 of the contiguous axis.
+using StrideA = typename GemmKernel::StrideA;
+using StrideB = typename GemmKernel::StrideB;
+using StrideD = typename GemmKernel::StrideD;
 
 // ---- fallback for shapes TMA cannot address: shared-memory tiled FFMA -------------------------
 
@@ -263,23 +291,44 @@ int run_fallback(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, i
 
 // ---- the CUTLASS kernel ------------------------------------------------------------------------
 
+// A packed stride of CUTLASS's type S: (x, y, batch) with one of x and y the static 1 of the
+// contiguous axis; `lead` goes to the other, `batch` to the third.
+template <class S>
+S packed_stride(int64_t lead, int64_t batch) {
+  S stride{};
+  if constexpr (cute::is_static_v<cute::remove_cvref_t<decltype(cute::get<0>(stride))>>) {
+    cute::get<1>(stride) = lead;
+  } else {
+    cute::get<0>(stride) = lead;
+  }
+  cute::get<2>(stride) = batch;
+  return stride;
+}
+
 int run_wgmma(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, int K,
               cudaStream_t stream) {
   typename Gemm::Arguments arguments{};
   arguments.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  arguments.problem_shape = ProblemShape{M, N, K, 1};
-  arguments.mainloop.ptr_A = reinterpret_cast<const Element*>(a);
-  arguments.mainloop.dA = StrideA{int64_t(K), cute::_1{}, int64_t(M) * K};
-  arguments.mainloop.ptr_B = reinterpret_cast<const Element*>(b);
-  arguments.mainloop.dB = StrideB{cute::_1{}, int64_t(N), int64_t(K) * N};
+  const int64_t k = K, m_by_k = int64_t(M) * K, k_by_n = int64_t(K) * N;
+  arguments.problem_shape = kSwapAB ? ProblemShape{N, M, K, 1} : ProblemShape{M, N, K, 1};
+  arguments.mainloop.ptr_A = reinterpret_cast<const Element*>(kSwapAB ? b : a);
+  arguments.mainloop.dA =
+      kSwapAB ? packed_stride<StrideA>(N, k_by_n) : packed_stride<StrideA>(k, m_by_k);
+  arguments.mainloop.ptr_B = reinterpret_cast<const Element*>(kSwapAB ? a : b);
+  arguments.mainloop.dB =
+      kSwapAB ? packed_stride<StrideB>(k, m_by_k) : packed_stride<StrideB>(N, k_by_n);
+  // C's rows are N apart whether CUTLASS writes C or a column-major C^T.
+  const StrideD stride_d = packed_stride<StrideD>(N, int64_t(M) * N);
   arguments.epilogue.thread.alpha = 1.0f;
   arguments.epilogue.thread.beta = 0.0f;
   arguments.epilogue.ptr_C = nullptr;
-  arguments.epilogue.dC = StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
+  arguments.epilogue.dC = stride_d;
   arguments.epilogue.ptr_D = reinterpret_cast<Element*>(c);
-  arguments.epilogue.dD = StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
-  return kf::run_cutlass_gemm<Gemm, CLUSTER_M, CLUSTER_N>(
-      arguments, RASTER, SWIZZLE, stream, [&] { return run_fallback(a, b, c, M, N, K, stream); });
+  arguments.epilogue.dD = stride_d;
+  // RASTER names C's axes: along M is along CUTLASS's N when the product is swapped.
+  const int raster = kSwapAB && RASTER != 0 ? 3 - RASTER : RASTER;
+  return kf::run_cutlass_gemm<Gemm, kGemmClusterM, kGemmClusterN>(
+      arguments, raster, SWIZZLE, stream, [&] { return run_fallback(a, b, c, M, N, K, stream); });
 }
 
 }  // namespace
