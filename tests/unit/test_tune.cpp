@@ -229,6 +229,32 @@ TEST(SearchSpace, ALibraryFilesCoupledRegionIsOneStepFromItsDefaults) {
   EXPECT_EQ(single_read, (std::set<long long>{1, 2, 4, 8, 16}));
 }
 
+// matmul_wgmma.cu's SWAP_AB hands CUTLASS the transposed tile, so the cooperative schedule's
+// 128-row pairs fall on C's columns (TILE_N) instead of its rows (TILE_M). The rules are read
+// from the file's header, on the host.
+TEST(SearchSpace, MatmulsSwappedTileTakesTheCooperativeRuleOnItsColumns) {
+  const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
+  const Bindings context = context_for(hopper(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const auto violation = [&](const ParamValues& overrides) {
+    Bindings all = context;
+    for (const auto& [name, value] :
+         f.with_derived(f.resolve_params(DType::bf16, overrides), context))
+      all[name] = value;
+    return first_violation(f, all, hopper());
+  };
+  // Cooperative (SCHEDULE 0, the default) at C tiles of 64 x 256 and 256 x 64.
+  EXPECT_NE(violation({{"TILE_M", 64}, {"TILE_N", 256}}), "");
+  EXPECT_EQ(violation({{"TILE_M", 64}, {"TILE_N", 256}, {"SWAP_AB", 1}}), "");
+  EXPECT_EQ(violation({{"TILE_M", 256}, {"TILE_N", 64}, {"TILE_K", 64}}), "");
+  EXPECT_NE(violation({{"TILE_M", 256}, {"TILE_N", 64}, {"SWAP_AB", 1}}), "");
+  // TILE_N 176 is no multiple of 128 or 64 once it is CUTLASS's M.
+  EXPECT_NE(violation({{"TILE_N", 176}, {"SWAP_AB", 1}}), "");
+  EXPECT_NE(violation({{"TILE_N", 176}, {"SWAP_AB", 1}, {"SCHEDULE", 1}, {"TILE_M", 64}}), "");
+  EXPECT_EQ(f.with_derived(f.resolve_params(DType::bf16, {{"TILE_M", 64}, {"SWAP_AB", 1}}), context)
+                .at("GEMM_TILE_M"),
+            256);
+}
+
 // The same coupling under the guided strategies, in a tune like the one that missed it (both
 // rmsnorm files at 4096x4096, single-read variants the fastest): every seed proposes one within
 // 100 proposals. Before neighbours and mutations were repaired, local search did so with none
