@@ -59,14 +59,20 @@ std::chrono::milliseconds default_timeout(const OpSpec& op, const Sizes& sizes, 
   return std::chrono::milliseconds(20000 + static_cast<long long>(bytes / 50e3));
 }
 
-CompileResult Checker::build(const KernelFile& file, const ParamValues& params, DType dtype,
-                             const std::string& arch, const Sizes* sizes, Verdict* verdict) {
+std::pair<Variant, std::string> Checker::resolve(const KernelFile& file, const ParamValues& params,
+                                                 DType dtype, const std::string& arch,
+                                                 const Sizes* sizes) {
   Bindings bindings = problem_bindings(worker_.device(), dtype, sizes);
   const ParamValues all = file.with_derived(params, bindings);
   for (const auto& [name, value] : all)
     bindings[name] = value;
-  Variant variant = Variant::make(file, all, dtype, arch);
-  if (const std::string why = first_violation(file, bindings, worker_.device()); !why.empty()) {
+  return {Variant::make(file, all, dtype, arch), first_violation(file, bindings, worker_.device())};
+}
+
+CompileResult Checker::build(const KernelFile& file, const ParamValues& params, DType dtype,
+                             const std::string& arch, const Sizes* sizes, Verdict* verdict) {
+  auto [variant, why] = resolve(file, params, dtype, arch, sizes);
+  if (!why.empty()) {
     *verdict = Verdict::rejected;
     CompileResult r;
     r.variant = std::move(variant);
@@ -76,6 +82,18 @@ CompileResult Checker::build(const KernelFile& file, const ParamValues& params, 
   CompileResult r = compiler_.compile(file, variant);
   *verdict = r.ok ? Verdict::ok : Verdict::compile_error;
   return r;
+}
+
+void Checker::prebuild(const KernelFile& file,
+                       const std::vector<std::pair<ParamValues, DType>>& variants,
+                       const std::string& arch) {
+  const std::string target = arch.empty() ? worker_.device().default_arch() : arch;
+  std::vector<Variant> allowed;
+  for (const auto& [params, dtype] : variants) {
+    auto [variant, why] = resolve(file, file.resolve_params(dtype, params), dtype, target, nullptr);
+    if (why.empty()) allowed.push_back(std::move(variant));
+  }
+  compiler_.compile_all(file, allowed);  // failures come back again, and are reported, in check()
 }
 
 std::vector<std::vector<double>> gpu_reference(WorkerClient& reference_worker, const OpSpec& op,

@@ -113,6 +113,14 @@ class Checker {
   CompileResult build(const KernelFile& file, const ParamValues& params, DType dtype,
                       const std::string& arch, const Sizes* sizes, Verdict* verdict);
 
+  // Compiles each (parameters, dtype) of `variants` that its file's requirements and the
+  // device's limits allow, as build() would without sizes, on one thread per core. The builds go
+  // to the compile cache, where checks that follow find them instead of compiling one after
+  // another (a CUTLASS variant compiles for about a minute on one core). `arch` "" is the
+  // device's.
+  void prebuild(const KernelFile& file, const std::vector<std::pair<ParamValues, DType>>& variants,
+                const std::string& arch);
+
   // Runs one problem and compares with the reference. Used by the stages and by `bench`.
   CaseResult run_case(const OpSpec& op, const CompileResult& build, const std::string& stage,
                       const std::string& label, const Sizes& sizes, InputKind kind, uint64_t seed,
@@ -151,6 +159,12 @@ class Checker {
   WorkerClient& clean_worker();
 
  private:
+  // The variant build() compiles (parameters completed with what the header derives from them
+  // and from `sizes`, when given), and the first requirement or device limit it breaks ("" if
+  // none).
+  std::pair<Variant, std::string> resolve(const KernelFile& file, const ParamValues& params,
+                                          DType dtype, const std::string& arch, const Sizes* sizes);
+
   const Compiler& compiler_;
   WorkerClient& worker_;
   std::unique_ptr<WorkerClient> clean_worker_;  // started on first use

@@ -25,33 +25,72 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
     if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
   }
   const std::vector<KernelFile> files = library_files(op, pick_backend(device, nullptr));
-  int failed = 0;
-  std::vector<std::string> lines;
-  for (size_t i = 0; i < variants.size(); ++i) {
-    const auto& [name, params_json] = variants[i];
+  const auto file_named = [&](const std::string& name) {
     const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
       return f.path.filename().string() == name;
     });
     if (file == files.end())
       throw UsageError(fmt::format("{}: no library file {}", table_path.string(), name));
-    KernelSession session(file->path.string(), device, options.keep);
+    return file;
+  };
+  const auto params_of = [](const nlohmann::json& params_json) {
     ParamValues params;
     for (const auto& [param, value] : params_json.items())
       params[param] = value.get<long long>();
-    // What a recorded check covers is the file's code as it was, its text and the project
-    // headers it includes: after an edit to any of them the variant is checked again.
-    const std::string& source_hash = session.file.text_hash;
-    const auto is_variant = [&](const nlohmann::json& row) {
+    return params;
+  };
+  const auto rows_of = [&](const std::string& name, const nlohmann::json& params_json) {
+    return [&, name, params_json](const nlohmann::json& row) {
       return row.value("file", nlohmann::json()) == name &&
              row.value("params", nlohmann::json::object()) == params_json;
     };
+  };
+  // What a recorded check covers is the file's code as it was, its text and the project headers
+  // it includes (KernelFile::text_hash): after an edit to any of them the variant is checked
+  // again. A variant checked in a dtype in this text on every row of it is not checked again; one
+  // checked on some of its rows has that check copied to the others.
+  const auto checked_on_every_row = [&](const auto& is_variant, DType dtype,
+                                        const std::string& text) {
+    return std::all_of(rows.begin(), rows.end(), [&](const auto& row) {
+      return !is_variant(row) || row_checked_text(row, dtype, text);
+    });
+  };
+  const auto checked_on_a_row = [&](const auto& is_variant, DType dtype, const std::string& text) {
+    return std::find_if(rows.begin(), rows.end(), [&](const auto& row) {
+      return is_variant(row) && row_checked_text(row, dtype, text);
+    });
+  };
+
+  // Every variant that will run its five stages is compiled first, all at once, per file.
+  for (const KernelFile& file : files) {
+    std::vector<std::pair<ParamValues, DType>> to_check;
+    for (const auto& [name, params_json] : variants) {
+      if (name != file.path.filename().string()) continue;
+      const auto is_variant = rows_of(name, params_json);
+      for (const DType dtype : dtypes) {
+        if (!checked_on_every_row(is_variant, dtype, file.text_hash) &&
+            checked_on_a_row(is_variant, dtype, file.text_hash) == rows.end()) {
+          to_check.emplace_back(params_of(params_json), dtype);
+        }
+      }
+    }
+    if (to_check.size() < 2) continue;
+    progress_line(fmt::format("compiling {} variants of {} at once", to_check.size(),
+                              file.path.filename().string()));
+    KernelSession session(file.path.string(), device, options.keep);
+    session.checker.prebuild(session.file, to_check, options.arch);
+  }
+
+  int failed = 0;
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const auto& [name, params_json] = variants[i];
+    KernelSession session(file_named(name)->path.string(), device, options.keep);
+    const ParamValues params = params_of(params_json);
+    const std::string& source_hash = session.file.text_hash;
+    const auto is_variant = rows_of(name, params_json);
     for (const DType dtype : dtypes) {
-      // A variant checked in this dtype before, in this text (every row of it), is not checked
-      // again.
-      const bool checked_before = std::all_of(rows.begin(), rows.end(), [&](const auto& row) {
-        return !is_variant(row) || row_checked_text(row, dtype, source_hash);
-      });
-      if (checked_before) {
+      if (checked_on_every_row(is_variant, dtype, source_hash)) {
         lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", "-", dtype_name(dtype),
                                     name, params_json.dump()));
         continue;
@@ -59,9 +98,7 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
       // A check of this text on one row of the variant stands for its other rows (a tune that
       // wrote the variant on another row, or replaced a row with it, left those unchecked): it
       // is copied to them, not run again.
-      const auto same_text = std::find_if(rows.begin(), rows.end(), [&](const auto& row) {
-        return is_variant(row) && row_checked_text(row, dtype, source_hash);
-      });
+      const auto same_text = checked_on_a_row(is_variant, dtype, source_hash);
       if (same_text != rows.end()) {
         const nlohmann::json& check = *row_check(*same_text, dtype);
         const bool passed = check.value("result", std::string()).starts_with("PASS");

@@ -110,6 +110,35 @@ TEST_F(CheckerFixture, RejectsVariantBreakingARequirement) {
   EXPECT_TRUE(out.report.builds[0].module.empty());  // never compiled
 }
 
+// `kforge check --table` compiles the variants it will check all at once: each check then
+// finds its build in the cache. A variant the header refuses is left out, not compiled.
+TEST_F(CheckerFixture, PrebuildFillsTheCacheWithTheAllowedVariants) {
+  CompilerOptions compiler_options;
+  compiler_options.cache_dir = test::temp_dir("prebuild-cache");
+  const Compiler fresh(compiler_options);
+  const KernelFile file = KernelFile::load(test::test_data_dir() + "/constrained.cpp");
+  Checker checker(fresh, worker_for("cpu"));
+  checker.prebuild(
+      file,
+      {{{{"UNROLL", 1}}, DType::f32}, {{{"UNROLL", 4}}, DType::f32}, {{{"UNROLL", 3}}, DType::f32}},
+      "");
+
+  const std::string arch = worker_for("cpu").device().default_arch();
+  for (const long long unroll : {1, 4}) {
+    Verdict verdict{};
+    const CompileResult r =
+        checker.build(file, file.resolve_params(DType::f32, {{"UNROLL", unroll}}), DType::f32, arch,
+                      nullptr, &verdict);
+    EXPECT_EQ(verdict, Verdict::ok) << r.log;
+    EXPECT_TRUE(r.from_cache) << "UNROLL " << unroll << " was compiled again";
+  }
+  // Neither UNROLL 3 (refused) nor the default, UNROLL 2 (not asked for), was built.
+  EXPECT_EQ(
+      std::distance(std::filesystem::directory_iterator(compiler_options.cache_dir / "modules"),
+                    std::filesystem::directory_iterator()),
+      2);
+}
+
 TEST_F(CheckerFixture, WorkerSurvivesCrashes) {
   // After a crash, the next check gets a fresh worker and passes.
   run_check(fault("segfault.cpp"), quick());

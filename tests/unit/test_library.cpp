@@ -801,6 +801,31 @@ TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileOrAHeaderChanges) {
   EXPECT_NE(code(), edited_code);
 }
 
+// The variants a table check will run are compiled first, all at once, and then checked one by
+// one from the compile cache.
+TEST(TableCheckCli, TheVariantsToCheckAreCompiledAtOnceFirst) {
+  const fs::path root = make_library_tree("table-check-prebuild");
+  const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
+  const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
+  const fs::path table =
+      write_table({table_row(64, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 1.0),
+                   table_row(256, 256, "rmsnorm_cpu.cpp", {{"UNROLL", 2}}, 1.0)});
+  const auto check = [&] {
+    const CommandResult r =
+        run_kforge({"check", "--table", table.string(), "--dtype", "f32", "--backend", "cpu"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.output;
+  };
+  std::string out = check();
+  EXPECT_NE(out.find("compiling 2 variants of rmsnorm_cpu.cpp at once"), std::string::npos) << out;
+  EXPECT_NE(out.find("PASS  f32  rmsnorm_cpu.cpp {\"UNROLL\":8}"), std::string::npos) << out;
+  EXPECT_NE(out.find("PASS  f32  rmsnorm_cpu.cpp {\"UNROLL\":2}"), std::string::npos) << out;
+  // Checked in this text: nothing to compile or run the second time.
+  out = check();
+  EXPECT_EQ(out.find("compiling"), std::string::npos) << out;
+  EXPECT_NE(out.find("(checked before)"), std::string::npos) << out;
+}
+
 // A tune that writes a variant on a new row leaves that row without the checks the variant's
 // other rows hold. A check of the same code on one row stands for them all: it is copied, not
 // run again (a CUTLASS variant's check costs minutes of compiling), and a FAIL copies as a FAIL.
