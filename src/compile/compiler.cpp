@@ -412,12 +412,20 @@ CompileResult Compiler::compile(const KernelFile& file, const Variant& variant) 
 std::vector<CompileResult> Compiler::compile_all(const KernelFile& file,
                                                  const std::vector<Variant>& variants,
                                                  unsigned jobs) const {
-  std::vector<CompileResult> results(variants.size());
+  std::vector<std::pair<const KernelFile*, Variant>> work;
+  for (const Variant& variant : variants)
+    work.emplace_back(&file, variant);
+  return compile_all(work, jobs);
+}
+
+std::vector<CompileResult> Compiler::compile_all(
+    const std::vector<std::pair<const KernelFile*, Variant>>& work, unsigned jobs) const {
+  std::vector<CompileResult> results(work.size());
   std::mutex error_mutex;
   std::exception_ptr error;
-  parallel_for_each_claimed(variants.size(), jobs, [&](size_t i) {
+  parallel_for_each_claimed(work.size(), jobs, [&](size_t i) {
     try {
-      results[i] = compile(file, variants[i]);
+      results[i] = compile(*work[i].first, work[i].second);
     } catch (...) {
       std::lock_guard lock(error_mutex);
       if (!error) error = std::current_exception();

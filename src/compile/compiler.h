@@ -86,6 +86,9 @@ class Compiler {
   std::vector<CompileResult> compile_all(const KernelFile& file,
                                          const std::vector<Variant>& variants,
                                          unsigned jobs = 0) const;
+  // The same for variants of several files: (file, variant) pairs.
+  std::vector<CompileResult> compile_all(
+      const std::vector<std::pair<const KernelFile*, Variant>>& work, unsigned jobs = 0) const;
   // First line that names the compiler's release, e.g. "Cuda compilation tools, release 13.0,
   // V13.0.88" or "g++ (Debian 12.2.0-14) 12.2.0", for records.
   std::string toolkit_version(Backend backend) const;

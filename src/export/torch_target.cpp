@@ -129,24 +129,33 @@ class TorchTarget final : public ExportTarget {
     for (const char* file : {"__init__.py", "patch.py", "verify.py", "_autopatch/sitecustomize.py"})
       copy_export_file(support / "kforge_ops" / file, out, fs::path("kforge_ops") / file, written);
 
-    // The modules: compiled (or taken from kforge's cache) exactly as kforge checks them.
-    const Compiler compiler;
+    // The modules: compiled (or taken from kforge's cache) exactly as kforge checks them, all at
+    // once, one per core (a CUTLASS variant takes about a minute on one).
     std::map<fs::path, KernelFile> files;  // each file parsed once
-    nlohmann::json manifest = export_manifest(plan, context, name());
-    for (size_t o = 0; o < plan.ops.size(); ++o) {
-      const ExportOp& op = plan.ops[o];
-      for (size_t v = 0; v < op.variants.size(); ++v) {
-        const ExportVariant& variant = op.variants[v];
+    std::vector<std::pair<const KernelFile*, Variant>> work;
+    for (const ExportOp& op : plan.ops) {
+      for (const ExportVariant& variant : op.variants) {
         auto file = files.find(variant.file);
         if (file == files.end())
           file = files.emplace(variant.file, KernelFile::load(variant.file)).first;
-        const CompileResult built = compiler.compile(file->second, variant.variant);
-        if (!built.ok) {
+        work.emplace_back(&file->second, variant.variant);
+      }
+    }
+    fmt::print(stderr, "compiling {} modules at once (or taking them from kforge's cache)\n", work.size());
+    const std::vector<CompileResult> built = Compiler().compile_all(work);
+    nlohmann::json manifest = export_manifest(plan, context, name());
+    size_t next = 0;
+    for (size_t o = 0; o < plan.ops.size(); ++o) {
+      const ExportOp& op = plan.ops[o];
+      for (size_t v = 0; v < op.variants.size(); ++v, ++next) {
+        const ExportVariant& variant = op.variants[v];
+        if (!built[next].ok) {
           throw Error(
-              fmt::format("{} does not compile: {}", variant.variant.describe(), built.log));
+              fmt::format("{} does not compile: {}", variant.variant.describe(), built[next].log));
         }
         const std::string module = variant.symbol + ".so";
-        copy_export_file(built.module, out, fs::path("kforge_ops") / "modules" / module, written);
+        copy_export_file(built[next].module, out, fs::path("kforge_ops") / "modules" / module,
+                         written);
         manifest["ops"][o]["variants"][v]["module"] = module;
       }
     }
