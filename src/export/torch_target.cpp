@@ -141,7 +141,8 @@ class TorchTarget final : public ExportTarget {
         work.emplace_back(&file->second, variant.variant);
       }
     }
-    fmt::print(stderr, "compiling {} modules at once (or taking them from kforge's cache)\n", work.size());
+    fmt::print(stderr, "compiling {} modules at once (or taking them from kforge's cache)\n",
+               work.size());
     const std::vector<CompileResult> built = Compiler().compile_all(work);
     nlohmann::json manifest = export_manifest(plan, context, name());
     size_t next = 0;
