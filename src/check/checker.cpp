@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -84,16 +85,16 @@ CompileResult Checker::build(const KernelFile& file, const ParamValues& params, 
   return r;
 }
 
-void Checker::prebuild(const KernelFile& file,
-                       const std::vector<std::pair<ParamValues, DType>>& variants,
-                       const std::string& arch) {
+void Checker::prebuild(const std::vector<BuildRequest>& requests, const std::string& arch) {
   const std::string target = arch.empty() ? worker_.device().default_arch() : arch;
-  std::vector<Variant> allowed;
-  for (const auto& [params, dtype] : variants) {
-    auto [variant, why] = resolve(file, file.resolve_params(dtype, params), dtype, target, nullptr);
-    if (why.empty()) allowed.push_back(std::move(variant));
+  std::vector<std::pair<const KernelFile*, Variant>> work;
+  std::set<std::string> keys;
+  for (const BuildRequest& r : requests) {
+    auto [variant, why] = resolve(*r.file, r.params, r.dtype, target, r.sizes);
+    if (why.empty() && keys.insert(compiler_.cache_key(*r.file, variant)).second)
+      work.emplace_back(r.file, std::move(variant));
   }
-  compiler_.compile_all(file, allowed);  // failures come back again, and are reported, in check()
+  compiler_.compile_all(work);  // a failure comes back again from build(), which reports it
 }
 
 std::vector<std::vector<double>> gpu_reference(WorkerClient& reference_worker, const OpSpec& op,

@@ -113,13 +113,19 @@ class Checker {
   CompileResult build(const KernelFile& file, const ParamValues& params, DType dtype,
                       const std::string& arch, const Sizes* sizes, Verdict* verdict);
 
-  // Compiles each (parameters, dtype) of `variants` that its file's requirements and the
-  // device's limits allow, as build() would without sizes, on one thread per core. The builds go
-  // to the compile cache, where checks that follow find them instead of compiling one after
-  // another (a CUTLASS variant compiles for about a minute on one core). `arch` "" is the
-  // device's.
-  void prebuild(const KernelFile& file, const std::vector<std::pair<ParamValues, DType>>& variants,
-                const std::string& arch);
+  // What build() is asked to compile: a file's parameters (resolved, as build() takes them) in
+  // a dtype, with what the header derives from the problem's sizes when `sizes` is given.
+  struct BuildRequest {
+    const KernelFile* file = nullptr;
+    ParamValues params;
+    DType dtype = DType::f32;
+    const Sizes* sizes = nullptr;
+  };
+  // Compiles the requests that their files' requirements and the device's limits allow, each
+  // distinct variant once, on one thread per core. The builds go to the compile cache, where
+  // build() calls that follow find them instead of compiling one after another (a CUTLASS
+  // variant compiles for about a minute on one core). `arch` "" is the device's.
+  void prebuild(const std::vector<BuildRequest>& requests, const std::string& arch);
 
   // Runs one problem and compares with the reference. Used by the stages and by `bench`.
   CaseResult run_case(const OpSpec& op, const CompileResult& build, const std::string& stage,

@@ -118,10 +118,15 @@ TEST_F(CheckerFixture, PrebuildFillsTheCacheWithTheAllowedVariants) {
   const Compiler fresh(compiler_options);
   const KernelFile file = KernelFile::load(test::test_data_dir() + "/constrained.cpp");
   Checker checker(fresh, worker_for("cpu"));
-  checker.prebuild(
-      file,
-      {{{{"UNROLL", 1}}, DType::f32}, {{{"UNROLL", 4}}, DType::f32}, {{{"UNROLL", 3}}, DType::f32}},
-      "");
+  const auto request = [&](long long unroll) {
+    return Checker::BuildRequest{&file, file.resolve_params(DType::f32, {{"UNROLL", unroll}}),
+                                 DType::f32};
+  };
+  // UNROLL 4 twice (without sizes, and at sizes, from which nothing is derived here): one build.
+  const Sizes sizes = {{"M", 64}, {"N", 256}};
+  Checker::BuildRequest at_sizes = request(4);
+  at_sizes.sizes = &sizes;
+  checker.prebuild({request(1), request(4), at_sizes, request(3)}, "");
 
   const std::string arch = worker_for("cpu").device().default_arch();
   for (const long long unroll : {1, 4}) {
