@@ -85,8 +85,12 @@ CompileResult Checker::build(const KernelFile& file, const ParamValues& params, 
   return r;
 }
 
+std::string Checker::target_arch(const std::string& arch) {
+  return arch.empty() ? worker_.device().default_arch() : arch;
+}
+
 void Checker::prebuild(const std::vector<BuildRequest>& requests, const std::string& arch) {
-  const std::string target = arch.empty() ? worker_.device().default_arch() : arch;
+  const std::string target = target_arch(arch);
   std::vector<std::pair<const KernelFile*, Variant>> work;
   std::set<std::string> keys;
   for (const BuildRequest& r : requests) {
@@ -358,7 +362,7 @@ CheckReport Checker::check(const KernelFile& file, const CheckOptions& options,
   // Build every dtype up front, in parallel. The worker is started first: build() reads the
   // device's limits from it, and a WorkerClient is used from one thread at a time.
   worker_.device();
-  const std::string arch = options.arch.empty() ? worker_.device().default_arch() : options.arch;
+  const std::string arch = target_arch(options.arch);
   std::vector<CompileResult> builds(dtypes.size());
   {
     std::vector<Verdict> verdicts(dtypes.size());

@@ -171,6 +171,9 @@ class Checker {
   std::pair<Variant, std::string> resolve(const KernelFile& file, const ParamValues& params,
                                           DType dtype, const std::string& arch, const Sizes* sizes);
 
+  // `arch`, or the device's default when it is "".
+  std::string target_arch(const std::string& arch);
+
   const Compiler& compiler_;
   WorkerClient& worker_;
   std::unique_ptr<WorkerClient> clean_worker_;  // started on first use

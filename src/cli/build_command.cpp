@@ -135,17 +135,14 @@ int cmd_build(const BuildFlags& flags, const DeviceFlags& device,
 
   const std::string arch = flags.arch.empty() ? worker.device().default_arch() : flags.arch;
   std::map<std::filesystem::path, KernelFile> files;  // each file parsed once
-  const auto file_of = [&](const BuildJob& job) -> const KernelFile& {
-    auto loaded = files.find(job.choice.file);
-    if (loaded == files.end())
-      loaded = files.emplace(job.choice.file, KernelFile::load(job.choice.file)).first;
-    return loaded->second;
-  };
   // Every distinct variant is compiled first, all at once; the builds below, one per job, then
   // come from the module cache.
   std::vector<Checker::BuildRequest> requests;
   for (const BuildJob& job : jobs) {
-    const KernelFile& file = file_of(job);
+    auto loaded = files.find(job.choice.file);
+    if (loaded == files.end())
+      loaded = files.emplace(job.choice.file, KernelFile::load(job.choice.file)).first;
+    const KernelFile& file = loaded->second;
     requests.push_back({&file, file.resolve_params(dtype, job.choice.params), dtype, &job.sizes});
   }
   if (requests.size() >= 2) {
@@ -154,9 +151,8 @@ int cmd_build(const BuildFlags& flags, const DeviceFlags& device,
   }
   for (size_t i = 0; i < jobs.size(); ++i) {
     BuildJob& job = jobs[i];
-    const KernelFile& file = file_of(job);
-    job.result = checker.build(file, file.resolve_params(dtype, job.choice.params), dtype, arch,
-                               &job.sizes, &job.verdict);
+    job.result =
+        checker.build(*requests[i].file, requests[i].params, dtype, arch, &job.sizes, &job.verdict);
     progress_line(
         fmt::format("[{}/{}] {} {} {}: {}{}", i + 1, jobs.size(), job.op->name(),
                     job.op->format_shape(job.sizes), dtype_name(dtype),

@@ -61,23 +61,20 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
     });
   };
 
-  // Every variant that will run its five stages is compiled first, all at once.
+  // Every variant that will run its five stages (no row of it holds a check of this text) is
+  // compiled first, all at once.
   std::vector<Checker::BuildRequest> to_check;
   for (const auto& [name, params_json] : variants) {
     const KernelFile& file = *file_named(name);
-    const auto is_variant = rows_of(name, params_json);
     for (const DType dtype : dtypes) {
-      if (!checked_on_every_row(is_variant, dtype, file.text_hash) &&
-          checked_on_a_row(is_variant, dtype, file.text_hash) == rows.end()) {
+      if (checked_on_a_row(rows_of(name, params_json), dtype, file.text_hash) == rows.end())
         to_check.push_back({&file, file.resolve_params(dtype, params_of(params_json)), dtype});
-      }
     }
   }
   if (to_check.size() >= 2) {
     progress_line(fmt::format("compiling the {} variants to check at once", to_check.size()));
-    WorkerClient worker({pick_backend(device, nullptr), device.device});
-    const Compiler compiler(CompilerOptions{.keep_intermediates = options.keep});
-    Checker(compiler, worker).prebuild(to_check, options.arch);
+    KernelSession session(to_check.front().file->path.string(), device, options.keep);
+    session.checker.prebuild(to_check, options.arch);
   }
 
   int failed = 0;
