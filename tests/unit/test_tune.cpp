@@ -255,6 +255,38 @@ TEST(SearchSpace, MatmulsSwappedTileTakesTheCooperativeRuleOnItsColumns) {
             256);
 }
 
+// matmul_wgmma.cu's EPI_STAGES buffers of the TMA epilogue count against shared memory: at the
+// 4096^3 row's tile (128 x 256, 4 stages of 64) four buffers of 128 x 32 still fit in Hopper's
+// 227 KB, a fifth mainloop stage beside them does not, and the register-store epilogue, which
+// has no buffers, takes only the dedupe value.
+TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
+  const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
+  const Bindings context = context_for(hopper(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const auto violation = [&](const ParamValues& overrides) {
+    Bindings all = context;
+    for (const auto& [name, value] :
+         f.with_derived(f.resolve_params(DType::bf16, overrides), context))
+      all[name] = value;
+    return first_violation(f, all, hopper());
+  };
+  const ParamValues row = {{"TILE_M", 128}, {"TILE_N", 256}, {"TILE_K", 64}, {"EPI_N", 32}};
+  const auto with = [&](ParamValues extra) {
+    ParamValues v = row;
+    for (const auto& [name, value] : extra)
+      v[name] = value;
+    return v;
+  };
+  EXPECT_EQ(violation(with({{"STAGES", 4}, {"EPI_STAGES", 4}})), "");
+  EXPECT_NE(violation(with({{"STAGES", 5}, {"EPI_STAGES", 4}})), "");
+  EXPECT_NE(violation(with({{"STAGES", 4}, {"EPI_STAGES", 4}, {"EPI_N", 64}})), "");
+  EXPECT_EQ(violation(with({{"STAGES", 4}, {"EPI_STAGES", 2}, {"EPI_N", 64}})), "");
+  EXPECT_NE(violation(with({{"STAGES", 4}, {"EPI_STAGES", 4}, {"EPILOGUE", 1}})), "");
+  EXPECT_EQ(violation(with({{"STAGES", 4}, {"EPI_STAGES", 2}, {"EPILOGUE", 1}})), "");
+  EXPECT_EQ(f.with_derived(f.resolve_params(DType::bf16, with({{"EPI_STAGES", 3}})), context)
+                .at("EPI_BYTES"),
+            (3 * 128 + 16) * 32 * 2);
+}
+
 // The same coupling under the guided strategies, in a tune like the one that missed it (both
 // rmsnorm files at 4096x4096, single-read variants the fastest): every seed proposes one within
 // 100 proposals. Before neighbours and mutations were repaired, local search did so with none
