@@ -229,6 +229,17 @@ TEST(SearchSpace, ALibraryFilesCoupledRegionIsOneStepFromItsDefaults) {
   EXPECT_EQ(single_read, (std::set<long long>{1, 2, 4, 8, 16}));
 }
 
+// The first rule of `f` that its bf16 parameters (the defaults with `overrides`) break on a
+// Hopper GPU in `context`, or "".
+std::string bf16_violation(const KernelFile& f, const Bindings& context,
+                           const ParamValues& overrides) {
+  Bindings all = context;
+  for (const auto& [name, value] :
+       f.with_derived(f.resolve_params(DType::bf16, overrides), context))
+    all[name] = value;
+  return first_violation(f, all, hopper());
+}
+
 // matmul_wgmma.cu's SWAP_AB hands CUTLASS the transposed tile, so the cooperative schedule's
 // 128-row pairs fall on C's columns (TILE_N) instead of its rows (TILE_M). The rules are read
 // from the file's header, on the host.
@@ -236,11 +247,7 @@ TEST(SearchSpace, MatmulsSwappedTileTakesTheCooperativeRuleOnItsColumns) {
   const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
   const Bindings context = context_for(hopper(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
   const auto violation = [&](const ParamValues& overrides) {
-    Bindings all = context;
-    for (const auto& [name, value] :
-         f.with_derived(f.resolve_params(DType::bf16, overrides), context))
-      all[name] = value;
-    return first_violation(f, all, hopper());
+    return bf16_violation(f, context, overrides);
   };
   // Cooperative (SCHEDULE 0, the default) at C tiles of 64 x 256 and 256 x 64.
   EXPECT_NE(violation({{"TILE_M", 64}, {"TILE_N", 256}}), "");
@@ -263,11 +270,7 @@ TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
   const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
   const Bindings context = context_for(hopper(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
   const auto violation = [&](const ParamValues& overrides) {
-    Bindings all = context;
-    for (const auto& [name, value] :
-         f.with_derived(f.resolve_params(DType::bf16, overrides), context))
-      all[name] = value;
-    return first_violation(f, all, hopper());
+    return bf16_violation(f, context, overrides);
   };
   const ParamValues row = {{"TILE_M", 128}, {"TILE_N", 256}, {"TILE_K", 64}, {"EPI_N", 32}};
   const auto with = [&](ParamValues extra) {
