@@ -1,5 +1,6 @@
 #include "compile/kernel_text.h"
 
+#include <cctype>
 #include <deque>
 #include <regex>
 #include <set>
@@ -89,13 +90,206 @@ std::vector<IncludedHeader> included_project_headers(const std::string& source,
   return headers;
 }
 
+namespace {
+
+bool is_identifier_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+}
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// The text with its line splices (a backslash ending a line) removed, as translation phase 2
+// does, and where each remaining character stood in the text (one more entry: the text's end).
+struct Spliced {
+  std::string text;
+  std::vector<size_t> origin;
+};
+
+Spliced remove_splices(const std::string& text) {
+  Spliced s;
+  s.text.reserve(text.size());
+  s.origin.reserve(text.size() + 1);
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] == '\\') {
+      if (i + 1 < text.size() && text[i + 1] == '\n') {
+        i += 2;
+        continue;
+      }
+      if (i + 2 < text.size() && text[i + 1] == '\r' && text[i + 2] == '\n') {
+        i += 3;
+        continue;
+      }
+    }
+    s.text += text[i];
+    s.origin.push_back(i);
+    ++i;
+  }
+  s.origin.push_back(text.size());
+  return s;
+}
+
+// The end of the quoted literal (string or character) that opens at `open`: one past its closing
+// quote, or the end of its line when it has none (the compiler refuses that; the text is kept).
+size_t quoted_literal_end(const std::string& s, size_t open) {
+  const char quote = s[open];
+  for (size_t i = open + 1; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;
+    } else if (s[i] == quote) {
+      return i + 1;
+    } else if (s[i] == '\n') {
+      return i;
+    }
+  }
+  return s.size();
+}
+
+// The end of the raw string literal whose quote is at `quote` (R"delim(...)delim"), or npos when
+// no valid delimiter follows.
+size_t raw_literal_end(const std::string& s, size_t quote) {
+  const size_t paren = s.find('(', quote + 1);
+  if (paren == std::string::npos || paren - quote - 1 > 16) return std::string::npos;
+  const std::string delimiter = s.substr(quote + 1, paren - quote - 1);
+  for (const char c : delimiter) {
+    if (is_space(c) || c == ')' || c == '\\') return std::string::npos;
+  }
+  const size_t close = s.find(")" + delimiter + "\"", paren + 1);
+  return close == std::string::npos ? s.size() : close + delimiter.size() + 2;
+}
+
+// The end of the preprocessing number that starts at `start`: digits, letters, '_', '.', a sign
+// after an exponent letter, and a digit separator before a digit or letter.
+size_t pp_number_end(const std::string& s, size_t start) {
+  size_t i = start;
+  while (i < s.size()) {
+    const char c = s[i];
+    const bool has_next = i + 1 < s.size();
+    if ((c == 'e' || c == 'E' || c == 'p' || c == 'P') && has_next &&
+        (s[i + 1] == '+' || s[i + 1] == '-')) {
+      i += 2;
+    } else if (c == '\'' && has_next && is_identifier_char(s[i + 1])) {
+      i += 2;
+    } else if (is_identifier_char(c) || c == '.') {
+      ++i;
+    } else {
+      break;
+    }
+  }
+  return i;
+}
+
+// The identifier that ends just before `end` in `s`, if any.
+std::string_view identifier_before(const std::string& s, size_t end) {
+  size_t start = end;
+  while (start > 0 && is_identifier_char(s[start - 1]))
+    --start;
+  return std::string_view(s).substr(start, end - start);
+}
+
+bool is_raw_prefix(std::string_view prefix) {
+  return prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR";
+}
+
+// The lines of `text` that the header parser reads as the kforge header block: from the first
+// line that starts with "/* kforge" to the first line after it that holds "*/"; empty when none.
+std::string header_block(const std::string& text) {
+  std::string block;
+  bool inside = false;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    end = end == std::string::npos ? text.size() : end + 1;
+    const std::string_view line = std::string_view(text).substr(begin, end - begin);
+    if (!inside) {
+      const size_t first = line.find_first_not_of(" \t\r");
+      inside = first != std::string_view::npos && line.substr(first).starts_with("/* kforge");
+    }
+    if (inside) {
+      block += line;
+      const size_t after_opening = block.size() == line.size() ? line.find("/* kforge") + 9 : 0;
+      if (line.find("*/", after_opening) != std::string_view::npos) return block;
+    }
+    begin = end;
+  }
+  return block;
+}
+
+}  // namespace
+
+std::string code_without_comments(const std::string& text) {
+  const Spliced spliced = remove_splices(text);
+  const std::string& s = spliced.text;
+  std::string code;
+  code.reserve(s.size());
+  bool space = false, newline = false;  // whitespace (or a comment) waiting to be written
+  const auto emit = [&](std::string_view token) {
+    if (!code.empty() && (space || newline)) code += newline ? '\n' : ' ';
+    space = newline = false;
+    code += token;
+  };
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const char next = i + 1 < s.size() ? s[i + 1] : '\0';
+    if (c == '/' && next == '/') {  // to the end of the line; the newline stays
+      const size_t end = s.find('\n', i);
+      i = end == std::string::npos ? s.size() : end;
+      space = true;
+    } else if (c == '/' && next == '*') {  // one space, whatever lines it spans
+      const size_t end = s.find("*/", i + 2);
+      if (end == std::string::npos) {  // unterminated: the compiler refuses it, keep it all
+        emit(std::string_view(s).substr(i));
+        break;
+      }
+      i = end + 2;
+      space = true;
+    } else if (c == '"' && is_raw_prefix(identifier_before(s, i))) {
+      const size_t end = raw_literal_end(s, i);
+      if (end == std::string::npos) {
+        const size_t plain_end = quoted_literal_end(s, i);
+        emit(std::string_view(s).substr(i, plain_end - i));
+        i = plain_end;
+      } else {  // a raw string undoes the splices: its text as written
+        const size_t from = spliced.origin[i], to = spliced.origin[end];
+        emit(std::string_view(text).substr(from, to - from));
+        i = end;
+      }
+    } else if (c == '"' || c == '\'') {
+      const size_t end = quoted_literal_end(s, i);
+      emit(std::string_view(s).substr(i, end - i));
+      i = end;
+    } else if ((std::isdigit(static_cast<unsigned char>(c)) ||
+                (c == '.' && std::isdigit(static_cast<unsigned char>(next)))) &&
+               (i == 0 || !is_identifier_char(s[i - 1]))) {
+      const size_t end = pp_number_end(s, i);
+      emit(std::string_view(s).substr(i, end - i));
+      i = end;
+    } else if (is_space(c)) {
+      (c == '\n' ? newline : space) = true;
+      ++i;
+    } else {
+      emit(std::string_view(s).substr(i, 1));
+      ++i;
+    }
+  }
+  return code;
+}
+
+std::string kernel_code_for_hash(const std::string& text) {
+  const std::string code = code_without_comments(text);
+  // Code that reads its own line numbers changes with a comment's lines: its text counts whole.
+  for (const char* line_dependent : {"__LINE__", "__builtin_LINE", "source_location"}) {
+    if (code.find(line_dependent) != std::string::npos) return text;
+  }
+  return code;
+}
+
 std::string kernel_text_hash(const std::string& source, const fs::path& path) {
-  const std::vector<IncludedHeader> headers = included_project_headers(source, path);
-  if (headers.empty()) return hash_hex(source);
   Hasher h;
-  h.add("kernel-text-v1").add(source);
-  for (const IncludedHeader& header : headers)
-    h.add(header.name).add(header.text);
+  h.add("kernel-text-v2").add(header_block(source)).add(kernel_code_for_hash(source));
+  for (const IncludedHeader& header : included_project_headers(source, path))
+    h.add(header.name).add(kernel_code_for_hash(header.text));
   return h.hex();
 }
 

@@ -37,8 +37,21 @@ struct IncludedHeader {
 std::vector<IncludedHeader> included_project_headers(const std::string& source,
                                                      const std::filesystem::path& path);
 
-// The hash of a kernel file's code: its text alone when it includes no project header, else its
-// text with each included header's name and text.
+// C++ or CUDA text without its comments, as the compiler reads it: line splices joined, each
+// comment replaced by whitespace, every run of whitespace outside literals written as one space
+// (or one newline when it held one, so that preprocessor lines stay apart). String, character
+// and raw string literals and preprocessing numbers are kept as written.
+std::string code_without_comments(const std::string& text);
+
+// What of a text the hash covers: its code without comments, or the whole text when its code
+// reads line numbers (__LINE__, __builtin_LINE, std::source_location), which a comment's lines
+// would move.
+std::string kernel_code_for_hash(const std::string& text);
+
+// The hash of a kernel file's code: its kforge header block as written (the parameters, rules and
+// launch shape it declares, comment lines and all), its code (kernel_code_for_hash), and each
+// included project header's name and code. An edit to a comment outside the header block, or to
+// blank space, leaves it unchanged; an edit to anything the compiler or kforge reads changes it.
 std::string kernel_text_hash(const std::string& source, const std::filesystem::path& path);
 
 }  // namespace kforge

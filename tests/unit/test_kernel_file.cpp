@@ -109,8 +109,71 @@ TEST(KernelFile, ItsCodeCoversTheProjectHeadersItIncludes) {
   std::ofstream(dir / "mine.h") << "#include \"kforge/elem_cpu.h\"\nint mine2;\n";
   EXPECT_NE(KernelFile::load(kernel).text_hash, file.text_hash);
 
-  // A file that includes no project header is its text alone.
-  EXPECT_EQ(KernelFile::parse(kValid, dir / "plain.cpp").text_hash, hash_hex(kValid));
+  // A comment-only edit to an included header leaves the code as it was.
+  std::ofstream(dir / "mine.h") << "#include \"kforge/elem_cpu.h\"\n// the second\nint mine2;\n";
+  const std::string with_comment = KernelFile::load(kernel).text_hash;
+  std::ofstream(dir / "mine.h") << "#include \"kforge/elem_cpu.h\"\nint mine2; /* second */\n";
+  EXPECT_EQ(KernelFile::load(kernel).text_hash, with_comment);
+}
+
+// The hash of a file's code ignores what the compiler ignores (comments, blank space) and keeps
+// everything it reads, including the header block, which kforge reads.
+TEST(KernelText, CommentsAndBlankSpaceDoNotCount) {
+  const std::string code = std::string(kValid) + "int f(int x) {\n  return x + 1;  // one\n}\n";
+  const auto hash = [](const std::string& text) { return kernel_text_hash(text, "k.cpp"); };
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = code;
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  const std::string h = hash(code);
+  EXPECT_EQ(hash(with("// one", "// the next one")), h);
+  EXPECT_EQ(hash(with("// one", "/* one,\n   over lines */")), h);
+  EXPECT_EQ(hash(with("int f", "// f adds one\n\n\nint  f")), h);
+  EXPECT_EQ(hash(with("  return", "\treturn")), h);
+  // Code and the header block count.
+  EXPECT_NE(hash(with("x + 1", "x + 2")), h);
+  EXPECT_NE(hash(with("BLOCK = 256", "BLOCK = 128")), h);
+  EXPECT_NE(hash(with(" * require: BLOCK % 32", " * # why\n * require: BLOCK % 32")), h);
+  // Code that reads its line numbers: a comment's lines move them, so its text counts whole.
+  const std::string lines = code + "int line = __LINE__;\n";
+  EXPECT_NE(hash(lines + "// more\n"), hash(lines));
+}
+
+TEST(KernelText, CodeWithoutCommentsReadsAsTheCompilerDoes) {
+  EXPECT_EQ(code_without_comments("a /* x */ b // y\n\n   c  d\n"), "a b\nc d");
+  EXPECT_EQ(code_without_comments("a/**/b"), "a b");
+  // A block comment is one space even across lines: the directive goes on.
+  EXPECT_EQ(code_without_comments("#define A 1 /*\n*/ + 2\nint x;"), "#define A 1 + 2\nint x;");
+  // Literals as written, comment markers and blank space inside them too.
+  EXPECT_EQ(code_without_comments("s = \"// a  /* b */\"; c = '\"'; // x"),
+            "s = \"// a  /* b */\"; c = '\"';");
+  EXPECT_EQ(code_without_comments("r = R\"d(// x\n  )\" y)d\"; // z"),
+            "r = R\"d(// x\n  )\" y)d\";");
+  // Digit separators are not character literals.
+  EXPECT_EQ(code_without_comments("n = 1'000; // it's"), "n = 1'000;");
+  EXPECT_EQ(code_without_comments("x = 0x1'fe'8p+3 // 'q"), "x = 0x1'fe'8p+3");
+}
+
+// Texts the compiler reads differently never share a hash. Each pair differs in what a naive
+// comment stripper would get wrong.
+TEST(KernelText, TextsTheCompilerReadsApartHashApart) {
+  const auto differ = [](const std::string& a, const std::string& b) {
+    EXPECT_NE(code_without_comments(a), code_without_comments(b)) << a << "\n---\n" << b;
+  };
+  // A splice at the end of a line comment continues the comment onto the next line.
+  differ("// x \\\nint y = 1;\n", "// x\nint y = 1;\n");
+  // "//" on a line inside a block comment does not hide the "*/" after it.
+  differ("/*\n// */ int y = 1;\n*/\n", "/*\n*/\n");
+  // A splice joins "/" and "/" into a comment.
+  differ("a = b /\\\n/ c\n;", "a = b / / c\n;");
+  // Blank space inside a string, and the line that ends a directive.
+  differ("s = \"a  b\";", "s = \"a b\";");
+  differ("#define A 1\n+ 2;", "#define A 1 + 2;");
+  // A raw string keeps its splices (they are not joined inside it).
+  differ("r = R\"(a\\\nb)\";", "r = R\"(ab)\";");
+  // An apostrophe in a digit separator does not open a literal that would swallow code.
+  differ("n = 1'0; s = \"'\"; // x\nint y;", "n = 1'0; s = \"'\"; // x\n");
 }
 
 TEST(KernelFile, ResolvesParamsAndDerivedValues) {

@@ -785,7 +785,13 @@ TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileOrAHeaderChanges) {
   EXPECT_NE(out.find("(checked before)"), std::string::npos) << out;
   EXPECT_EQ(recorded().at("f32").at("seed"), 11);
 
-  write_text(kernel, read_text(kernel) + "// an edit\n");
+  // A comment is not code: the check stands.
+  write_text(kernel, read_text(kernel) + "// a note on the code\n");
+  out = check(15);
+  EXPECT_NE(out.find("(checked before)"), std::string::npos) << out;
+  EXPECT_EQ(recorded().at("f32").at("seed"), 11);
+
+  write_text(kernel, read_text(kernel) + "[[maybe_unused]] static const int kf_an_edit = 1;\n");
   out = check(13);
   EXPECT_NE(out.find("PASS  f32"), std::string::npos) << out;
   EXPECT_EQ(recorded().at("f32").at("seed"), 13);
@@ -793,7 +799,7 @@ TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileOrAHeaderChanges) {
   EXPECT_EQ(recorded().at("f32").at("source_hash"), edited_code);
   EXPECT_NE(edited_code, first_code);
 
-  write_text(header, read_text(header) + "// an edit of a header the file includes\n");
+  write_text(header, read_text(header) + "#define KF_AN_EDIT_OF_A_HEADER_THE_FILE_INCLUDES 1\n");
   out = check(14);
   EXPECT_NE(out.find("PASS  f32"), std::string::npos) << out;
   EXPECT_EQ(recorded().at("f32").at("seed"), 14);
