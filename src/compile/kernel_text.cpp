@@ -1,5 +1,6 @@
 #include "compile/kernel_text.h"
 
+#include <algorithm>
 #include <cctype>
 #include <deque>
 #include <regex>
@@ -188,6 +189,16 @@ std::string_view identifier_before(const std::string& s, size_t end) {
   return std::string_view(s).substr(start, end - start);
 }
 
+// Whether the code written so far ends where a header name (<...>) may follow: in an #include,
+// #include_next or #import line, or just inside __has_include( or __has_include_next(.
+bool expects_header_name(const std::string& code) {
+  static const std::regex directive(R"((^|\n)[ \t]*#[ \t]*(include|include_next|import)[ \t]*$)");
+  static const std::regex has_include(R"(__has_include(_next)?[ \t\n]*\([ \t\n]*$)");
+  const size_t line = code.rfind('\n');
+  const std::string tail = code.substr(line == std::string::npos ? 0 : line);
+  return std::regex_search(tail, directive) || std::regex_search(tail, has_include);
+}
+
 bool is_raw_prefix(std::string_view prefix) {
   return prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR";
 }
@@ -245,16 +256,24 @@ std::string code_without_comments(const std::string& text) {
       i = end + 2;
       space = true;
     } else if (c == '"' && is_raw_prefix(identifier_before(s, i))) {
-      const size_t end = raw_literal_end(s, i);
-      if (end == std::string::npos) {
+      // A raw string undoes the splices before its delimiters are found: it is read, and kept,
+      // as written.
+      const size_t from = spliced.origin[i];
+      const size_t to = raw_literal_end(text, from);
+      if (to == std::string::npos) {
         const size_t plain_end = quoted_literal_end(s, i);
         emit(std::string_view(s).substr(i, plain_end - i));
         i = plain_end;
-      } else {  // a raw string undoes the splices: its text as written
-        const size_t from = spliced.origin[i], to = spliced.origin[end];
+      } else {
         emit(std::string_view(text).substr(from, to - from));
-        i = end;
+        i = std::lower_bound(spliced.origin.begin(), spliced.origin.end(), to) -
+            spliced.origin.begin();
       }
+    } else if (c == '<' && expects_header_name(code)) {  // <a//b.h> names a file
+      const size_t close = s.find_first_of(">\n", i + 1);
+      const size_t end = close == std::string::npos ? s.size() : close + (s[close] == '>');
+      emit(std::string_view(s).substr(i, end - i));
+      i = end;
     } else if (c == '"' || c == '\'') {
       const size_t end = quoted_literal_end(s, i);
       emit(std::string_view(s).substr(i, end - i));
@@ -279,7 +298,8 @@ std::string code_without_comments(const std::string& text) {
 std::string kernel_code_for_hash(const std::string& text) {
   const std::string code = code_without_comments(text);
   // Code that reads its own line numbers changes with a comment's lines: its text counts whole.
-  for (const char* line_dependent : {"__LINE__", "__builtin_LINE", "source_location"}) {
+  // Token pasting (##) can spell __LINE__ from pieces, so code that pastes counts whole too.
+  for (const char* line_dependent : {"__LINE__", "__builtin_LINE", "source_location", "##"}) {
     if (code.find(line_dependent) != std::string::npos) return text;
   }
   return code;

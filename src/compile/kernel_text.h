@@ -40,12 +40,13 @@ std::vector<IncludedHeader> included_project_headers(const std::string& source,
 // C++ or CUDA text without its comments, as the compiler reads it: line splices joined, each
 // comment replaced by whitespace, every run of whitespace outside literals written as one space
 // (or one newline when it held one, so that preprocessor lines stay apart). String, character
-// and raw string literals and preprocessing numbers are kept as written.
+// and raw string literals, header names (<...> after #include) and preprocessing numbers are
+// kept as written.
 std::string code_without_comments(const std::string& text);
 
 // What of a text the hash covers: its code without comments, or the whole text when its code
 // reads line numbers (__LINE__, __builtin_LINE, std::source_location), which a comment's lines
-// would move.
+// would move, or pastes tokens (##), which could spell __LINE__.
 std::string kernel_code_for_hash(const std::string& text);
 
 // The hash of a kernel file's code: its kforge header block as written (the parameters, rules and

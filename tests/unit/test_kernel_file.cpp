@@ -135,9 +135,12 @@ TEST(KernelText, CommentsAndBlankSpaceDoNotCount) {
   EXPECT_NE(hash(with("x + 1", "x + 2")), h);
   EXPECT_NE(hash(with("BLOCK = 256", "BLOCK = 128")), h);
   EXPECT_NE(hash(with(" * require: BLOCK % 32", " * # why\n * require: BLOCK % 32")), h);
-  // Code that reads its line numbers: a comment's lines move them, so its text counts whole.
+  // Code that reads its line numbers: a comment's lines move them, so its text counts whole; so
+  // does code that pastes tokens, which could spell __LINE__.
   const std::string lines = code + "int line = __LINE__;\n";
   EXPECT_NE(hash(lines + "// more\n"), hash(lines));
+  const std::string pasted = code + "#define CAT(a, b) a##b\nint line = CAT(__LI, NE__);\n";
+  EXPECT_NE(hash(pasted + "// more\n"), hash(pasted));
 }
 
 TEST(KernelText, CodeWithoutCommentsReadsAsTheCompilerDoes) {
@@ -153,6 +156,9 @@ TEST(KernelText, CodeWithoutCommentsReadsAsTheCompilerDoes) {
   // Digit separators are not character literals.
   EXPECT_EQ(code_without_comments("n = 1'000; // it's"), "n = 1'000;");
   EXPECT_EQ(code_without_comments("x = 0x1'fe'8p+3 // 'q"), "x = 0x1'fe'8p+3");
+  EXPECT_EQ(code_without_comments("#include <a//b.h> // c\n#include\t<d>"),
+            "#include <a//b.h>\n#include <d>");
+  EXPECT_EQ(code_without_comments("x = a < b // c"), "x = a < b");
 }
 
 // Texts the compiler reads differently never share a hash. Each pair differs in what a naive
@@ -172,6 +178,11 @@ TEST(KernelText, TextsTheCompilerReadsApartHashApart) {
   differ("#define A 1\n+ 2;", "#define A 1 + 2;");
   // A raw string keeps its splices (they are not joined inside it).
   differ("r = R\"(a\\\nb)\";", "r = R\"(ab)\";");
+  // A raw string ends where its text as written ends: a splice hides the )" after it.
+  differ("r = R\"(a)\\\n\" // x\n)\";", "r = R\"(a)\\\n\" // y\n)\";");
+  // <a//b.h> after #include names a file; it holds no comment.
+  differ("#include <a//b.h>\n", "#include <a//c.h>\n");
+  differ("#if __has_include(<a//b.h>)\n#endif\n", "#if __has_include(<a//c.h>)\n#endif\n");
   // An apostrophe in a digit separator does not open a literal that would swallow code.
   differ("n = 1'0; s = \"'\"; // x\nint y;", "n = 1'0; s = \"'\"; // x\n");
 }
