@@ -45,10 +45,10 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
              row.value("params", nlohmann::json::object()) == params_json;
     };
   };
-  // What a recorded check covers is the file's code as it was, its text and the project headers
-  // it includes (KernelFile::text_hash): after an edit to any of them the variant is checked
-  // again. A variant checked in a dtype in this text on every row of it is not checked again; one
-  // checked on some of its rows has that check copied to the others.
+  // What a recorded check covers is the file's code as it was, with the project headers it
+  // includes (KernelFile::text_hash): after an edit to the code of any of them, not to a comment,
+  // the variant is checked again. A variant checked in a dtype in this text on every row of it is
+  // not checked again; one checked on some of its rows has that check copied to the others.
   const auto checked_on_every_row = [&](const auto& is_variant, DType dtype,
                                         const std::string& text) {
     return std::all_of(rows.begin(), rows.end(), [&](const auto& row) {

@@ -50,36 +50,21 @@ class HeaderParser {
   HeaderParser(KernelFile& file, std::string path) : file_(file), path_(std::move(path)) {}
 
   void parse(const std::string& text) {
-    std::istringstream in(text);
+    const HeaderBlock block = find_header_block(text);
+    if (block.first_line == 0)
+      fail(1, "no header block: a kernel file starts with a '/* kforge' comment");
+    header_line_ = block.first_line;
+    if (!block.closed) fail(header_line_, "header block is not closed with '*/'");
+    std::istringstream in(block.text);
     std::string line;
-    int line_no = 0;
-    bool inside = false;
-    bool found = false;
-    while (std::getline(in, line)) {
-      ++line_no;
+    for (int line_no = block.first_line; std::getline(in, line); ++line_no) {
       std::string body = trim(line);
-      if (!inside) {
-        if (body.rfind("/* kforge", 0) == 0) {
-          inside = true;
-          found = true;
-          header_line_ = line_no;
-          body = trim(body.substr(9));
-          if (body.empty()) continue;
-        } else {
-          continue;
-        }
-      }
-      const bool ends = body.find("*/") != std::string::npos;
-      if (ends) body = trim(body.substr(0, body.find("*/")));
+      if (line_no == block.first_line) body = trim(body.substr(9));  // after "/* kforge"
+      if (const size_t close = body.find("*/"); close != std::string::npos)
+        body = trim(body.substr(0, close));
       if (!body.empty() && body[0] == '*') body = trim(body.substr(1));
       if (!body.empty() && body[0] != '#') parse_line(body, line_no);
-      if (ends) {
-        inside = false;
-        break;
-      }
     }
-    if (!found) fail(1, "no header block: a kernel file starts with a '/* kforge' comment");
-    if (inside) fail(header_line_, "header block is not closed with '*/'");
     check_complete();
   }
 
@@ -279,6 +264,30 @@ KernelFile KernelFile::load(const std::filesystem::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return parse(text.str(), path);
+}
+
+HeaderBlock find_header_block(const std::string& text) {
+  HeaderBlock block;
+  size_t begin = 0;
+  for (int line_no = 1; begin < text.size(); ++line_no) {
+    const size_t newline = text.find('\n', begin);
+    const size_t end = newline == std::string::npos ? text.size() : newline + 1;
+    const std::string_view line = std::string_view(text).substr(begin, end - begin);
+    begin = end;
+    size_t close_from = 0;  // "*/" closes the block from here on this line
+    if (block.first_line == 0) {
+      const size_t first = line.find_first_not_of(" \t\r");
+      if (first == std::string_view::npos || !line.substr(first).starts_with("/* kforge")) continue;
+      block.first_line = line_no;
+      close_from = first + 9;
+    }
+    block.text += line;
+    if (line.find("*/", close_from) != std::string_view::npos) {
+      block.closed = true;
+      break;
+    }
+  }
+  return block;
 }
 
 KernelFile KernelFile::parse(const std::string& text, const std::filesystem::path& path) {

@@ -47,8 +47,9 @@ struct Requirement {
 struct KernelFile {
   std::filesystem::path path;
   std::string source;
-  // The hash of the code it compiles from: its text and the project headers it includes
-  // (kernel_text_hash). What a check or a timing of the file stands for.
+  // The hash of the code it compiles from: its header block, its code and the code of the
+  // project headers it includes, comments aside (kernel_text_hash). What a check or a timing of
+  // the file stands for.
   std::string text_hash;
   std::string op;
   Backend backend = Backend::cuda;
@@ -77,6 +78,15 @@ struct KernelFile {
   // Parameters plus derived values, in declaration order of evaluation.
   ParamValues with_derived(const ParamValues& params, const Bindings& context) const;
 };
+
+// The kforge header block of a kernel file's text as the header parser reads it: the lines from
+// the first that starts with "/* kforge" through the first that closes it with "*/".
+struct HeaderBlock {
+  std::string text;    // those lines as written; empty when no line opens a block
+  int first_line = 0;  // 1-based line of "/* kforge"; 0 when none
+  bool closed = false;
+};
+HeaderBlock find_header_block(const std::string& text);
 
 // Parses "NAME=VALUE" as given on the command line.
 std::pair<std::string, long long> parse_param_assignment(const std::string& text);

@@ -189,42 +189,26 @@ std::string_view identifier_before(const std::string& s, size_t end) {
   return std::string_view(s).substr(start, end - start);
 }
 
-// Whether the code written so far ends where a header name (<...>) may follow: in an #include,
-// #include_next or #import line, or just inside __has_include( or __has_include_next(.
-bool expects_header_name(const std::string& code) {
-  static const std::regex directive(R"((^|\n)[ \t]*#[ \t]*(include|include_next|import)[ \t]*$)");
-  static const std::regex has_include(R"(__has_include(_next)?[ \t\n]*\([ \t\n]*$)");
-  const size_t line = code.rfind('\n');
-  const std::string tail = code.substr(line == std::string::npos ? 0 : line);
-  return std::regex_search(tail, directive) || std::regex_search(tail, has_include);
+// Whether the code written so far ends where a header name (<...>) may follow: an #include,
+// #include_next or #import line, or just inside __has_include( or __has_include_next(. The code
+// is written with one space at most between tokens and none at a line's start.
+bool expects_header_name(std::string_view code) {
+  const size_t newline = code.rfind('\n');
+  const std::string_view line = code.substr(newline == std::string_view::npos ? 0 : newline + 1);
+  if (line.starts_with('#')) {
+    std::string_view directive = line.substr(1);
+    if (directive.starts_with(' ')) directive.remove_prefix(1);
+    if (directive == "include" || directive == "include_next" || directive == "import") return true;
+  }
+  for (const std::string_view opening :
+       {"__has_include(", "__has_include (", "__has_include_next(", "__has_include_next ("}) {
+    if (line.ends_with(opening)) return true;
+  }
+  return false;
 }
 
 bool is_raw_prefix(std::string_view prefix) {
   return prefix == "R" || prefix == "u8R" || prefix == "uR" || prefix == "UR" || prefix == "LR";
-}
-
-// The lines of `text` that the header parser reads as the kforge header block: from the first
-// line that starts with "/* kforge" to the first line after it that holds "*/"; empty when none.
-std::string header_block(const std::string& text) {
-  std::string block;
-  bool inside = false;
-  size_t begin = 0;
-  while (begin < text.size()) {
-    size_t end = text.find('\n', begin);
-    end = end == std::string::npos ? text.size() : end + 1;
-    const std::string_view line = std::string_view(text).substr(begin, end - begin);
-    if (!inside) {
-      const size_t first = line.find_first_not_of(" \t\r");
-      inside = first != std::string_view::npos && line.substr(first).starts_with("/* kforge");
-    }
-    if (inside) {
-      block += line;
-      const size_t after_opening = block.size() == line.size() ? line.find("/* kforge") + 9 : 0;
-      if (line.find("*/", after_opening) != std::string_view::npos) return block;
-    }
-    begin = end;
-  }
-  return block;
 }
 
 }  // namespace
@@ -307,7 +291,7 @@ std::string kernel_code_for_hash(const std::string& text) {
 
 std::string kernel_text_hash(const std::string& source, const fs::path& path) {
   Hasher h;
-  h.add("kernel-text-v2").add(header_block(source)).add(kernel_code_for_hash(source));
+  h.add("kernel-text-v2").add(find_header_block(source).text).add(kernel_code_for_hash(source));
   for (const IncludedHeader& header : included_project_headers(source, path))
     h.add(header.name).add(kernel_code_for_hash(header.text));
   return h.hex();
