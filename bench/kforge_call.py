@@ -293,6 +293,15 @@ class Timer:
                  for _, c, _ in calls]
         leads = [(min(e.start_ns() for e in c) - o.end_ns()) / 1e3 for o, c, _ in calls]
         trails = [(z.start_ns() - max(e.end_ns() for e in c)) / 1e3 for _, c, z in calls]
+        # Each kernel's share: per name, the median over calls of its durations' sum in a call
+        # (which of a multi-kernel call's kernels the time goes to).
+        by_name = {}
+        for _, c, _ in calls:
+            in_call = {}
+            for e in c:
+                in_call[e.name()[:200]] = in_call.get(e.name()[:200], 0.0) + e.duration_ns() / 1e3
+            for name, us in in_call.items():
+                by_name.setdefault(name, []).append(us)
         return {"sum_median_us": statistics.median(sums),
                 "span_median_us": statistics.median(spans),
                 "host_us": round(self.host_us, 1), "spin_us": round(self.spin_us, 1),
@@ -301,4 +310,5 @@ class Timer:
                 "calls": len(calls),
                 # Which kernels ran: torch.compile's choice can differ between processes
                 # (inductor's triton_per_* reduction keeps a row in registers, triton_red_* loops).
-                "kernels": sorted({e.name()[:200] for _, c, _ in calls for e in c})}
+                "kernels": sorted(by_name),
+                "kernel_median_us": {name: statistics.median(us) for name, us in sorted(by_name.items())}}
