@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -45,29 +46,46 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
              row.value("params", nlohmann::json::object()) == params_json;
     };
   };
-  // What a recorded check covers is the file's code as it was, with the project headers it
-  // includes (KernelFile::text_hash): after an edit to the code of any of them, not to a comment,
-  // the variant is checked again. A variant checked in a dtype in this text on every row of it is
-  // not checked again; one checked on some of its rows has that check copied to the others.
-  const auto checked_on_every_row = [&](const auto& is_variant, DType dtype,
-                                        const std::string& text) {
-    return std::all_of(rows.begin(), rows.end(), [&](const auto& row) {
-      return !is_variant(row) || row_checked_text(row, dtype, text);
-    });
+  // What a check covers is the file's code as it was, with the project headers it includes
+  // (KernelFile::text_hash): after an edit to the code of any of them, not to a comment, the
+  // variant is checked again. The checks that count are this command's records and, in the
+  // table's dtype, the final check of the tune that wrote a row (row_check_of_code). A variant
+  // with a check of this code on every row of it is not checked again; one with a check on some
+  // of its rows has that check copied to the others.
+  const std::string table_dtype_name = table.value("dtype", std::string());
+  const std::optional<DType> table_dtype = parse_dtype(table_dtype_name);
+  if (!table_dtype) {
+    throw UsageError(fmt::format("{}: not a tuned table: no dtype kforge knows (\"{}\")",
+                                 table_path.string(), table_dtype_name));
+  }
+  // The checks of this code the variant's rows hold, and whether every row holds one.
+  struct RowChecks {
+    std::vector<nlohmann::json> checks;
+    bool on_every_row = true;
   };
-  const auto checked_on_a_row = [&](const auto& is_variant, DType dtype, const std::string& text) {
-    return std::find_if(rows.begin(), rows.end(), [&](const auto& row) {
-      return is_variant(row) && row_checked_text(row, dtype, text);
-    });
+  const auto checks_of = [&](const auto& is_variant, DType dtype, const std::string& code) {
+    RowChecks found;
+    for (const auto& row : rows) {
+      if (!is_variant(row)) continue;
+      if (auto check = row_check_of_code(row, *table_dtype, dtype, code)) {
+        found.checks.push_back(std::move(*check));
+      } else {
+        found.on_every_row = false;
+      }
+    }
+    return found;
+  };
+  const auto passed = [](const nlohmann::json& check) {
+    return check.value("result", std::string()).starts_with("PASS");
   };
 
-  // Every variant that will run its five stages (no row of it holds a check of this text) is
+  // Every variant that will run its five stages (no row of it holds a check of this code) is
   // compiled first, all at once.
   std::vector<Checker::BuildRequest> to_check;
   for (const auto& [name, params_json] : variants) {
     const KernelFile& file = *file_named(name);
     for (const DType dtype : dtypes) {
-      if (checked_on_a_row(rows_of(name, params_json), dtype, file.text_hash) == rows.end())
+      if (checks_of(rows_of(name, params_json), dtype, file.text_hash).checks.empty())
         to_check.push_back({&file, file.resolve_params(dtype, params_of(params_json)), dtype});
     }
   }
@@ -86,25 +104,28 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
     const std::string& source_hash = session.file.text_hash;
     const auto is_variant = rows_of(name, params_json);
     for (const DType dtype : dtypes) {
-      if (checked_on_every_row(is_variant, dtype, source_hash)) {
-        lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", "-", dtype_name(dtype),
-                                    name, params_json.dump()));
-        continue;
-      }
-      // A check of this text on one row of the variant stands for its other rows (a tune that
-      // wrote the variant on another row, or replaced a row with it, left those unchecked): it
-      // is copied to them, not run again.
-      const auto same_text = checked_on_a_row(is_variant, dtype, source_hash);
-      if (same_text != rows.end()) {
-        const nlohmann::json& check = *row_check(*same_text, dtype);
-        const bool passed = check.value("result", std::string()).starts_with("PASS");
-        if (!passed) ++failed;
+      const RowChecks checked = checks_of(is_variant, dtype, source_hash);
+      if (!checked.checks.empty()) {
+        // A failed check of this code, if any, is the one that stands.
+        const auto failing = std::find_if_not(checked.checks.begin(), checked.checks.end(), passed);
+        const nlohmann::json& check =
+            failing != checked.checks.end() ? *failing : checked.checks.front();
+        if (!passed(check)) ++failed;
+        const std::string verdict = passed(check) ? "PASS" : "FAIL";
+        if (checked.on_every_row) {
+          lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", verdict,
+                                      dtype_name(dtype), name, params_json.dump()));
+          continue;
+        }
+        // A check of this code on one row stands for the variant's other rows (a tune that
+        // wrote the variant on another row, or replaced a row with it, left those unchecked):
+        // it is copied to them, not run again.
         const int updated = record_table_check(table_path, name, params_json, dtype, check);
         lines.push_back(
-            fmt::format("{:<5} {:<4} {} {}  ({} rows; the check of {} in this text, "
+            fmt::format("{:<5} {:<4} {} {}  ({} rows; the check of {} in this code, "
                         "copied)",
-                        passed ? "PASS" : "FAIL", dtype_name(dtype), name, params_json.dump(),
-                        updated, check.value("checked_at", std::string("an unknown date"))));
+                        verdict, dtype_name(dtype), name, params_json.dump(), updated,
+                        check.value("checked_at", std::string("an unknown date"))));
         continue;
       }
       const bool earlier_text = std::any_of(rows.begin(), rows.end(), [&](const auto& row) {

@@ -284,20 +284,31 @@ bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string&
   return !source_hash.empty() && row_check_text(row, dtype) == source_hash;
 }
 
-CheckInText row_check_in_text(const nlohmann::json& row, DType table_dtype, DType dtype,
-                              const std::string& text_hash) {
-  if (text_hash.empty()) return CheckInText::none;
-  const auto verdict = [](const std::string& result) {
-    return result.starts_with("PASS") ? CheckInText::passed : CheckInText::failed;
-  };
-  // A check --table record of this text is the latest word on it.
+std::optional<nlohmann::json> row_check_of_code(const nlohmann::json& row, DType table_dtype,
+                                                DType dtype, const std::string& text_hash) {
+  if (text_hash.empty()) return std::nullopt;
   if (const nlohmann::json* check = row_check(row, dtype);
       check && check_source_hash(*check) == text_hash) {
-    return verdict(check->value("result", std::string()));
+    return *check;
   }
-  if (dtype == table_dtype && row_source_hash(row) == text_hash)
-    return verdict(row.value("final_check", std::string()));
-  return CheckInText::none;
+  if (dtype != table_dtype || row_source_hash(row) != text_hash) return std::nullopt;
+  const std::string final_check = row.value("final_check", std::string());
+  if (!final_check.starts_with("PASS") && !final_check.starts_with("FAIL")) return std::nullopt;
+  nlohmann::json record = {{"result", final_check}, {"source_hash", text_hash}};
+  for (const auto& [from, to] :
+       {std::pair{"git_sha", "git_sha"}, std::pair{"recorded_at", "checked_at"}}) {
+    if (const auto value = row.find(from); value != row.end() && value->is_string())
+      record[to] = *value;
+  }
+  return record;
+}
+
+CheckInText row_check_in_text(const nlohmann::json& row, DType table_dtype, DType dtype,
+                              const std::string& text_hash) {
+  const auto check = row_check_of_code(row, table_dtype, dtype, text_hash);
+  if (!check) return CheckInText::none;
+  return check->value("result", std::string()).starts_with("PASS") ? CheckInText::passed
+                                                                   : CheckInText::failed;
 }
 
 int record_table_check(const fs::path& path, const std::string& file, const nlohmann::json& params,

@@ -97,10 +97,17 @@ bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string&
 // A row's check record in `dtype`, or null when it has none.
 const nlohmann::json* row_check(const nlohmann::json& row, DType dtype);
 
-// What a row (of a table in `table_dtype`) records about `dtype` for its file's text
-// `text_hash`: a check made on that text passed or failed, or none was. The checks that count are
-// `kforge check --table`'s in `dtype` and, in the table's own dtype, the tune's final check, made
-// on the text its variant key names.
+// The check a row (of a table in `table_dtype`) holds in `dtype` of the code with hash
+// `text_hash`, as a check record (result, source_hash and, where known, seed, git_sha and
+// checked_at), or nullopt when it holds none. The checks that count are `kforge check --table`'s
+// in `dtype` (the latest word on that code) and, in the table's own dtype, the final check of the
+// tune that wrote the row, made on the code its variant key names: a PASS or a FAIL ("not
+// checked (replay)" is none), recorded with the row's git_sha and recorded_at.
+std::optional<nlohmann::json> row_check_of_code(const nlohmann::json& row, DType table_dtype,
+                                                DType dtype, const std::string& text_hash);
+
+// What a row records about `dtype` for its file's code `text_hash`: a check of that code passed
+// or failed (row_check_of_code's), or none was made.
 enum class CheckInText { passed, failed, none };
 CheckInText row_check_in_text(const nlohmann::json& row, DType table_dtype, DType dtype,
                               const std::string& text_hash);

@@ -494,6 +494,22 @@ TEST_F(LibraryChoiceTest, ARowSaysWhetherItWasCheckedInItsFilesPresentText) {
   EXPECT_EQ(row_check_in_text(row, DType::f32, DType::f32, ""), CheckInText::none);
   EXPECT_EQ(row_check_in_text(row, DType::f32, DType::f32, "earlier-text"), CheckInText::passed);
   EXPECT_EQ(row_check_in_text(row, DType::bf16, DType::f32, "earlier-text"), CheckInText::none);
+  // The final check as a check record, with the row's provenance.
+  row["git_sha"] = "abc123";
+  row["recorded_at"] = "2026-01-02T03:04:05Z";
+  EXPECT_EQ(row_check_of_code(row, DType::f32, DType::f32, "earlier-text"),
+            json({{"result", "PASS (seed 1)"},
+                  {"source_hash", "earlier-text"},
+                  {"git_sha", "abc123"},
+                  {"checked_at", "2026-01-02T03:04:05Z"}}));
+  EXPECT_EQ(row_check_of_code(row, DType::f32, DType::f32, "another-text"), std::nullopt);
+  EXPECT_EQ(row_check_of_code(row, DType::bf16, DType::f32, "earlier-text"), std::nullopt);
+  row["final_check"] = "FAIL: mismatch at [3, 7]";
+  EXPECT_EQ(row_check_in_text(row, DType::f32, DType::f32, "earlier-text"), CheckInText::failed);
+  // A final check that was not made is no check, not a failure.
+  row["final_check"] = "not checked (replay)";
+  EXPECT_EQ(row_check_in_text(row, DType::f32, DType::f32, "earlier-text"), CheckInText::none);
+  EXPECT_EQ(row_check_of_code(row, DType::f32, DType::f32, "earlier-text"), std::nullopt);
 }
 
 // On one text, a check --table record is the later word than the tune's final check: its FAIL
@@ -760,6 +776,7 @@ TEST(TableCheckCli, AVariantIsCheckedAgainAfterItsFileOrAHeaderChanges) {
   const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
   const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
   json row = table_row(64, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 1.0);
+  row["variant_key"] = "an-earlier-text|UNROLL=8";  // tuned (and finally checked) on other code
   row["checks"] = {{"f32", {{"result", "PASS (five stages)"}, {"seed", 1}}}};  // no text named
   const fs::path table = write_table({row});
   const fs::path kernel = root / "kernels" / "rmsnorm" / "rmsnorm_cpu.cpp";
@@ -813,9 +830,11 @@ TEST(TableCheckCli, TheVariantsToCheckAreCompiledAtOnceFirst) {
   const fs::path root = make_library_tree("table-check-prebuild");
   const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
   const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
-  const fs::path table =
-      write_table({table_row(64, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 1.0),
-                   table_row(256, 256, "rmsnorm_cpu.cpp", {{"UNROLL", 2}}, 1.0)});
+  json rows[] = {table_row(64, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 1.0),
+                 table_row(256, 256, "rmsnorm_cpu.cpp", {{"UNROLL", 2}}, 1.0)};
+  for (json& row : rows)
+    row["variant_key"] = "an-earlier-text|";  // the tunes' final checks were of other code
+  const fs::path table = write_table({rows[0], rows[1]});
   const auto check = [&] {
     const CommandResult r =
         run_kforge({"check", "--table", table.string(), "--dtype", "f32", "--backend", "cpu"});
@@ -848,7 +867,10 @@ TEST(TableCheckCli, ASameTextCheckOnOneRowIsCopiedToTheVariantsOtherRows) {
                            {"seed", 5},
                            {"source_hash", code},
                            {"checked_at", "2026-01-02T03:04:05Z"}}}};
-    return write_table({checked, table_row(128, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 2.0)});
+    json unchecked = table_row(128, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 2.0);
+    for (json* row : {&checked, &unchecked})
+      (*row)["variant_key"] = "an-earlier-text|";  // the tunes' final checks were of other code
+    return write_table({checked, unchecked});
   };
   const auto check = [&](const fs::path& table) {
     return run_kforge(
@@ -872,6 +894,61 @@ TEST(TableCheckCli, ASameTextCheckOnOneRowIsCopiedToTheVariantsOtherRows) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("FAIL  f32"), std::string::npos) << r.output;
   EXPECT_EQ(second_row(table).at("result"), "FAIL (WRONG): mismatch at [3, 7]");
+}
+
+// In the table's own dtype the final check of the tune that wrote a row is a check of the code
+// its variant key names: a freshly tuned table checked in its dtype runs nothing, a FAIL there
+// counts in the exit status, and a final check that was not made (a replay) counts for nothing.
+// Another dtype runs its stages.
+TEST(TableCheckCli, ATunesFinalCheckCountsInTheTablesDtype) {
+  const fs::path root = make_library_tree("table-check-final");
+  const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
+  const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
+  const auto table_with = [&](const std::string& final_check) {
+    json tuned = table_row(64, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 1.0, final_check);
+    tuned["git_sha"] = "abc123";
+    tuned["recorded_at"] = "2026-01-02T03:04:05Z";
+    json earlier = table_row(128, 128, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 2.0);
+    earlier["variant_key"] = "an-earlier-text|";
+    return write_table({tuned, earlier});  // f32: `tuned` names the present code
+  };
+  const auto check = [&](const fs::path& table, const char* dtype) {
+    return run_kforge(
+        {"check", "--table", table.string(), "--dtype", dtype, "--backend", "cpu", "--seed", "11"});
+  };
+  const auto checks_of_row = [](const fs::path& table, int i) {
+    return read_tuned_table(table).at("sizes").at(i).value("checks", json::object());
+  };
+
+  fs::path table = table_with("PASS (seed 1)");
+  CommandResult r = check(table, "f32");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PASS  f32"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("copied"), std::string::npos) << r.output;
+  const json copied = checks_of_row(table, 1).at("f32");
+  EXPECT_EQ(copied.at("result"), "PASS (seed 1)") << "run again instead of the final check";
+  EXPECT_EQ(copied.at("git_sha"), "abc123");
+  EXPECT_EQ(copied.at("checked_at"), "2026-01-02T03:04:05Z");
+  r = check(table, "f32");
+  EXPECT_NE(r.output.find("PASS  f32  rmsnorm_cpu.cpp {\"UNROLL\":8}  (checked before)"),
+            std::string::npos)
+      << r.output;
+  // f16 borrows the table: the f32 final check says nothing about it.
+  r = check(table, "f16");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("checked before"), std::string::npos) << r.output;
+  EXPECT_EQ(checks_of_row(table, 0).at("f16").at("seed"), 11);
+
+  table = table_with("FAIL: mismatch at [3, 7]");
+  r = check(table, "f32");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("FAIL  f32"), std::string::npos) << r.output;
+  EXPECT_EQ(checks_of_row(table, 1).at("f32").at("result"), "FAIL: mismatch at [3, 7]");
+
+  table = table_with("not checked (replay)");
+  r = check(table, "f32");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(checks_of_row(table, 0).at("f32").at("seed"), 11) << r.output;
 }
 
 // `kforge build rmsnorm --sizes all` with a table for two of the five benchmark sizes:
