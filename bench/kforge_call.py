@@ -299,7 +299,8 @@ class Timer:
         for _, c, _ in calls:
             in_call = {}
             for e in c:
-                in_call[e.name()[:200]] = in_call.get(e.name()[:200], 0.0) + e.duration_ns() / 1e3
+                name = e.name()[:200]
+                in_call[name] = in_call.get(name, 0.0) + e.duration_ns() / 1e3
             for name, us in in_call.items():
                 by_name.setdefault(name, []).append(us)
         return {"sum_median_us": statistics.median(sums),

@@ -15,6 +15,9 @@
 namespace kforge {
 namespace {
 
+// The line that opens a kernel file's header block starts with this.
+constexpr std::string_view kHeaderOpening = "/* kforge";
+
 std::string trim(std::string_view s) {
   const auto first = s.find_first_not_of(" \t\r");
   if (first == std::string_view::npos) return "";
@@ -59,7 +62,7 @@ class HeaderParser {
     std::string line;
     for (int line_no = block.first_line; std::getline(in, line); ++line_no) {
       std::string body = trim(line);
-      if (line_no == block.first_line) body = trim(body.substr(9));  // after "/* kforge"
+      if (line_no == block.first_line) body = trim(body.substr(kHeaderOpening.size()));
       if (const size_t close = body.find("*/"); close != std::string::npos)
         body = trim(body.substr(0, close));
       if (!body.empty() && body[0] == '*') body = trim(body.substr(1));
@@ -277,9 +280,10 @@ HeaderBlock find_header_block(const std::string& text) {
     size_t close_from = 0;  // "*/" closes the block from here on this line
     if (block.first_line == 0) {
       const size_t first = line.find_first_not_of(" \t\r");
-      if (first == std::string_view::npos || !line.substr(first).starts_with("/* kforge")) continue;
+      if (first == std::string_view::npos || !line.substr(first).starts_with(kHeaderOpening))
+        continue;
       block.first_line = line_no;
-      close_from = first + 9;
+      close_from = first + kHeaderOpening.size();
     }
     block.text += line;
     if (line.find("*/", close_from) != std::string_view::npos) {
