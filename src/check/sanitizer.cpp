@@ -24,9 +24,20 @@ const std::vector<std::string>& all_sanitizer_tools() {
   return tools;
 }
 
+// synccheck belongs here: a kernel that syncs on a named barrier id past the 16 the hardware
+// has computes right answers (the id wraps) and passes memcheck and racecheck.
 const std::vector<std::string>& winner_sanitizer_tools() {
-  static const std::vector<std::string> tools = {"memcheck", "racecheck"};
+  static const std::vector<std::string> tools = {"memcheck", "racecheck", "synccheck"};
   return tools;
+}
+
+std::string joined_tool_names(const std::vector<std::string>& tools) {
+  std::string text;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    if (i > 0) text += i + 1 == tools.size() ? " and " : ", ";
+    text += tools[i];
+  }
+  return text;
 }
 
 std::optional<fs::path> find_compute_sanitizer() {

@@ -1,7 +1,7 @@
 // The sanitizer stage: CUDA kernels run under NVIDIA's compute-sanitizer on small problems,
 // once per tool, and every finding fails the stage. `kforge check --sanitize` runs memcheck,
-// racecheck, synccheck and initcheck; a tuned winner must pass memcheck and racecheck before
-// it is recorded as checked. Small problems, because the tools slow kernels 10-100x.
+// racecheck, synccheck and initcheck; a tuned winner must pass memcheck, racecheck and synccheck
+// before it is recorded as checked. Small problems, because the tools slow kernels 10-100x.
 #pragma once
 
 #include <filesystem>
@@ -14,6 +14,8 @@ namespace kforge {
 // Every tool `kforge check --sanitize` runs, and the ones a tuned winner must pass.
 const std::vector<std::string>& all_sanitizer_tools();
 const std::vector<std::string>& winner_sanitizer_tools();
+// "memcheck, racecheck and synccheck": tool names as a report's prose lists them.
+std::string joined_tool_names(const std::vector<std::string>& tools);
 
 // compute-sanitizer on PATH, or beside nvcc under the CUDA toolkit; nullopt when there is none.
 std::optional<std::filesystem::path> find_compute_sanitizer();

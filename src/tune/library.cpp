@@ -513,7 +513,7 @@ std::string about_duration(double seconds) {
 // Seconds one evaluation takes where no table's tune recorded it: the timing cap of one second
 // plus a smoke run and a gate.
 constexpr double kAssumedSecondsPerEvaluation = 1.5;
-// A winner's final check: five stages, then memcheck and racecheck on a GPU.
+// A winner's final check: five stages, then the winner's sanitizers on a GPU.
 constexpr double kAssumedSecondsPerFinalCheck = 20;
 
 }  // namespace

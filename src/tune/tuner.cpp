@@ -807,7 +807,7 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
     retimed = retime_best_on_one_lane(report, evaluator, devices_->first_live(), say);
   report.lanes = evaluator.lanes_json();
 
-  // The winner must pass all five stages, and on a GPU memcheck and racecheck too; a failure
+  // The winner must pass all five stages, and on a GPU the winner's sanitizers too; a failure
   // is recorded and the next best is tried. Without compute-sanitizer a CUDA winner passes the
   // five stages but is not recorded as checked.
   const bool sanitize = cuda && options.final_check;
@@ -835,22 +835,24 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
     for (const auto& p : file.params)
       check.params[p.name] = best.record.params.at(p.name).get<long long>();
     if (say) {
-      say(fmt::format("final check of the winner {}: five stages{}", best.record.variant,
-                      check.sanitizer_tools.empty() ? "" : ", memcheck and racecheck"));
+      say(fmt::format(
+          "final check of the winner {}: five stages{}", best.record.variant,
+          check.sanitizer_tools.empty() ? "" : ", " + joined_tool_names(check.sanitizer_tools)));
     }
     const CheckReport r = devices_->first_live().checker->check(file, check, say);
     if (r.passed() && !sanitizer_found) {
       report.final_check = fmt::format(
           "PASS five stages (seed {}), but not recorded as checked: compute-sanitizer was not "
-          "found for memcheck and racecheck",
-          r.seed);
+          "found for {}",
+          r.seed, joined_tool_names(winner_sanitizer_tools()));
       break;
     }
     if (r.passed()) {
       best.record.stage = "checked";
       db_.put(best.record);
-      report.final_check =
-          fmt::format("PASS (seed {}{})", r.seed, sanitize ? "; memcheck and racecheck clean" : "");
+      report.final_check = fmt::format(
+          "PASS (seed {}{})", r.seed,
+          sanitize ? "; " + joined_tool_names(winner_sanitizer_tools()) + " clean" : "");
       break;
     }
     report.final_check = fmt::format("FAIL: {}", r.detail);

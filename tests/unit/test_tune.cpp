@@ -288,6 +288,19 @@ TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
   EXPECT_EQ(f.with_derived(f.resolve_params(DType::bf16, with({{"EPI_STAGES", 3}})), context)
                 .at("EPI_BYTES"),
             (3 * 128 + 16) * 32 * 2);
+  // kforge's own epilogue: two warp groups' EPI_STAGES buffers of 64 x EPI_N each (counted as
+  // CUTLASS's are), in the cooperative, unswapped, data-parallel kernel alone.
+  EXPECT_EQ(violation(with({{"STAGES", 4}, {"EPILOGUE", 2}, {"EPI_STAGES", 2}, {"EPI_N", 64}})),
+            "");
+  EXPECT_NE(violation(with({{"STAGES", 4}, {"EPILOGUE", 2}, {"EPI_STAGES", 3}, {"EPI_N", 64}})),
+            "");
+  EXPECT_EQ(f.with_derived(
+                 f.resolve_params(DType::bf16, with({{"EPILOGUE", 2}, {"EPI_STAGES", 4}})), context)
+                .at("EPI_BYTES"),
+            (4 * 128 + 16) * 32 * 2);
+  EXPECT_NE(violation(with({{"STAGES", 4}, {"EPILOGUE", 2}, {"SCHEDULE", 1}, {"TILE_M", 64}})), "");
+  EXPECT_NE(violation(with({{"STAGES", 4}, {"EPILOGUE", 2}, {"SPLIT", 1}})), "");
+  EXPECT_NE(violation(with({{"STAGES", 4}, {"EPILOGUE", 2}, {"SWAP_AB", 1}})), "");
 }
 
 // The same coupling under the guided strategies, in a tune like the one that missed it (both
