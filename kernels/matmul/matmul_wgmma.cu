@@ -116,7 +116,7 @@
 //   EPILOGUE         0 = CUTLASS's TMA-store epilogue (shared-memory staging), 1 = direct register
 //                    stores, 2 = kforge's TMA-store epilogue with a warp group's own buffers (see
 //                    warp_group_epilogue below). At 4096^3 (the row's tile, EPI_N 32, 4 buffers)
-//                    2 measured 0.18% faster than 0 on average over five rounds on two
+//                    2 measured 0.22% faster than 0 on average over six rounds on three
 //                    machines, within their spread (from 0.47% faster to 0.22% slower).
 //   EPI_N            columns of one TMA-epilogue sub-tile (its rows: 128 cooperative, 64
 //                    ping-pong), in CUTLASS's terms. 32 is CUTLASS's own choice; 64 halves the

@@ -24,8 +24,9 @@ const std::vector<std::string>& all_sanitizer_tools() {
   return tools;
 }
 
-// synccheck belongs here: a kernel that syncs on a named barrier id past the 16 the hardware
-// has computes right answers (the id wraps) and passes memcheck and racecheck.
+// synccheck belongs here: a GEMM epilogue whose named barrier ids ran past the hardware's last
+// (15) computed right answers in every stage and passed memcheck and racecheck; synccheck alone
+// stopped it (docs/integrity.md).
 const std::vector<std::string>& winner_sanitizer_tools() {
   static const std::vector<std::string> tools = {"memcheck", "racecheck", "synccheck"};
   return tools;
