@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -194,6 +195,21 @@ TEST(Sanitizer, ReadsFindingsFromTheToolsReport) {
       "========= RACECHECK SUMMARY: 2 hazards displayed (2 errors, 0 warnings)\n";
   EXPECT_EQ(read_sanitizer_output(races, 86).errors, 2);
   EXPECT_FALSE(read_sanitizer_output("no summary at all", 86).clean);
+}
+
+// A tuned winner runs the tools that have caught faults the five stages missed: synccheck among
+// them, for a GEMM epilogue whose barrier ids ran past the hardware's (docs/integrity.md).
+// Every winner tool is one `check --sanitize` runs too, and reports name them as prose does.
+TEST(Sanitizer, AWinnersToolsIncludeSynccheckAndReadAsAList) {
+  const auto& winner = winner_sanitizer_tools();
+  const auto& all = all_sanitizer_tools();
+  EXPECT_NE(std::find(winner.begin(), winner.end(), "synccheck"), winner.end());
+  for (const auto& tool : winner)
+    EXPECT_NE(std::find(all.begin(), all.end(), tool), all.end()) << tool;
+  EXPECT_EQ(joined_tool_names(winner), "memcheck, racecheck and synccheck");
+  EXPECT_EQ(joined_tool_names({"memcheck", "racecheck"}), "memcheck and racecheck");
+  EXPECT_EQ(joined_tool_names({"initcheck"}), "initcheck");
+  EXPECT_EQ(joined_tool_names({}), "");
 }
 
 // A child installs the worker's fence, then tries what a candidate might.
