@@ -122,13 +122,14 @@
 //                    ping-pong), in CUTLASS's terms. 32 is CUTLASS's own choice; 64 halves the
 //                    sub-tiles, and with them the consumer barriers and store waits of every
 //                    tile's epilogue, for twice the staging memory; 16 is for TILE_N 176, which
-//                    32 does not divide.
+//                    32 does not divide. EPILOGUE 2: a slice's columns (its rows: 64, one warp
+//                    group's atom).
 //   EPI_STAGES       shared-memory buffers of the TMA epilogue's sub-tiles (CUTLASS's builder
 //                    takes 2). Before it fills a buffer, the epilogue waits until the store
 //                    that last read it has finished reading; with 4 buffers that store was
 //                    issued three sub-tiles earlier and has nearly always finished. At 4096^3
 //                    (128 x 256, EPI_N 32) 4 buffers measured 0.3-0.6% faster than 2 in three
-//                    processes on two machines.
+//                    processes on two machines. EPILOGUE 2: buffers per warp group.
 //   RASTER           tile order: 1 = along C's M, 2 = along C's N, 0 = CUTLASS's heuristic
 //                    (along its M when it has more tiles along its N than along its M, else
 //                    along its N).
@@ -230,7 +231,7 @@ using CutlassEpilogue = WithStoreStages<BuiltEpilogue, EPI_STAGES>;
 // ---- EPILOGUE 2: each consumer warp group stores its own rows ----------------------------------
 //
 // In the cooperative schedule both consumer warp groups run each tile's epilogue while the
-// tensor cores wait. CUTLASS's TMA epilogue stages every TILE_M x EPI_N sub-tile in a buffer the
+// tensor cores wait. CUTLASS's TMA epilogue stages every EPI_ROWS x EPI_N sub-tile in a buffer the
 // two warp groups share, so all 256 threads meet on a barrier twice per sub-tile. Here each warp
 // group owns the rows of its wgmma atoms (64 per atom): it converts a 64 x EPI_N slice of its
 // accumulators to 16 bits, writes it with stmatrix into one of its own EPI_STAGES swizzled
@@ -255,7 +256,7 @@ using SwizzleAtom =
 using SliceShape = Shape<Int<kRows>, Int<EPI_N>>;
 using SliceLayout = decltype(tile_to_shape(SwizzleAtom{}, SliceShape{}));
 constexpr int kSliceElements = kRows * EPI_N;
-constexpr uint32_t kSwizzleMask = kRowBytes / 16 - 1;  // chunks of 16 bytes in a swizzle line
+constexpr uint32_t kSwizzleMask = kRowBytes / 16 - 1;  // 16-byte chunks in a slice row, less 1
 
 // Byte offset of (row, col) in a slice buffer, as the TMA reads it (buffers 1024-byte aligned).
 CUTLASS_DEVICE uint32_t swizzled_offset(int row, int col) {
@@ -292,7 +293,7 @@ class Store {
   using StrideD = warp_group_epilogue::StrideD;
   struct NoArguments {};
   struct Arguments {
-    NoArguments thread;  // the fields run_wgmma fills in every epilogue's arguments
+    NoArguments thread;  // unused: run_wgmma's set_unit_scale finds no alpha in it
     const Element* ptr_C = nullptr;
     StrideC dC{};
     Element* ptr_D = nullptr;

@@ -850,9 +850,11 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
     if (r.passed()) {
       best.record.stage = "checked";
       db_.put(best.record);
-      report.final_check = fmt::format(
-          "PASS (seed {}{})", r.seed,
-          sanitize ? "; " + joined_tool_names(winner_sanitizer_tools()) + " clean" : "");
+      report.final_check =
+          fmt::format("PASS (seed {}{})", r.seed,
+                      check.sanitizer_tools.empty()
+                          ? ""
+                          : "; " + joined_tool_names(check.sanitizer_tools) + " clean");
       break;
     }
     report.final_check = fmt::format("FAIL: {}", r.detail);
