@@ -75,9 +75,6 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
     }
     return found;
   };
-  const auto passed = [](const nlohmann::json& check) {
-    return check.value("result", std::string()).starts_with("PASS");
-  };
 
   // Every variant that will run its five stages (no row of it holds a check of this code) is
   // compiled first, all at once.
@@ -107,11 +104,12 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
       const RowChecks checked = checks_of(is_variant, dtype, source_hash);
       if (!checked.checks.empty()) {
         // A failed check of this code, if any, is the one that stands.
-        const auto failing = std::find_if_not(checked.checks.begin(), checked.checks.end(), passed);
+        const auto failing =
+            std::find_if_not(checked.checks.begin(), checked.checks.end(), check_passed);
         const nlohmann::json& check =
             failing != checked.checks.end() ? *failing : checked.checks.front();
-        if (!passed(check)) ++failed;
-        const std::string verdict = passed(check) ? "PASS" : "FAIL";
+        if (!check_passed(check)) ++failed;
+        const std::string verdict = check_passed(check) ? "PASS" : "FAIL";
         if (checked.on_every_row) {
           lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", verdict,
                                       dtype_name(dtype), name, params_json.dump()));

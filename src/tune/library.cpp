@@ -258,7 +258,11 @@ bool row_serves_dtype(const nlohmann::json& row, DType table_dtype, DType dtype)
   if (dtype == table_dtype && row.value("final_check", std::string()).starts_with("PASS"))
     return true;
   const nlohmann::json* check = row_check(row, dtype);
-  return check && check->value("result", std::string()).starts_with("PASS");
+  return check && check_passed(*check);
+}
+
+bool check_passed(const nlohmann::json& check) {
+  return check.value("result", std::string()).starts_with("PASS");
 }
 
 std::string row_source_hash(const nlohmann::json& row) {
@@ -278,10 +282,6 @@ std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype
   const nlohmann::json* check = row_check(row, dtype);
   if (!check) return std::nullopt;
   return check_source_hash(*check);
-}
-
-bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash) {
-  return !source_hash.empty() && row_check_text(row, dtype) == source_hash;
 }
 
 std::optional<nlohmann::json> row_check_of_code(const nlohmann::json& row, DType table_dtype,
@@ -307,8 +307,7 @@ CheckInText row_check_in_text(const nlohmann::json& row, DType table_dtype, DTyp
                               const std::string& text_hash) {
   const auto check = row_check_of_code(row, table_dtype, dtype, text_hash);
   if (!check) return CheckInText::none;
-  return check->value("result", std::string()).starts_with("PASS") ? CheckInText::passed
-                                                                   : CheckInText::failed;
+  return check_passed(*check) ? CheckInText::passed : CheckInText::failed;
 }
 
 int record_table_check(const fs::path& path, const std::string& file, const nlohmann::json& params,

@@ -91,11 +91,10 @@ std::string row_source_hash(const nlohmann::json& row);
 // The text hash a row's check in `dtype` names: nullopt when the row has no such check, empty
 // when the check names none (recorded before checks named one).
 std::optional<std::string> row_check_text(const nlohmann::json& row, DType dtype);
-// Whether a row holds a check in `dtype` of the code with hash `source_hash`. A check
-// recorded without a hash is of an unknown text: false.
-bool row_checked_text(const nlohmann::json& row, DType dtype, const std::string& source_hash);
 // A row's check record in `dtype`, or null when it has none.
 const nlohmann::json* row_check(const nlohmann::json& row, DType dtype);
+// Whether a check record's result is a pass.
+bool check_passed(const nlohmann::json& check);
 
 // The check a row (of a table in `table_dtype`) holds in `dtype` of the code with hash
 // `text_hash`, as a check record (result, source_hash and, where known, seed, git_sha and

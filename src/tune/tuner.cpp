@@ -812,6 +812,7 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
   // five stages but is not recorded as checked.
   const bool sanitize = cuda && options.final_check;
   const bool sanitizer_found = !sanitize || find_compute_sanitizer().has_value();
+  const std::string winner_tools = joined_tool_names(winner_sanitizer_tools());
   while (options.final_check && report.best) {
     TuneEvaluation& best = report.evaluations[*report.best];
     if (best.record.stage == "checked") {
@@ -835,16 +836,15 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
     for (const auto& p : file.params)
       check.params[p.name] = best.record.params.at(p.name).get<long long>();
     if (say) {
-      say(fmt::format(
-          "final check of the winner {}: five stages{}", best.record.variant,
-          check.sanitizer_tools.empty() ? "" : ", " + joined_tool_names(check.sanitizer_tools)));
+      say(fmt::format("final check of the winner {}: five stages{}", best.record.variant,
+                      check.sanitizer_tools.empty() ? "" : ", " + winner_tools));
     }
     const CheckReport r = devices_->first_live().checker->check(file, check, say);
     if (r.passed() && !sanitizer_found) {
       report.final_check = fmt::format(
           "PASS five stages (seed {}), but not recorded as checked: compute-sanitizer was not "
           "found for {}",
-          r.seed, joined_tool_names(winner_sanitizer_tools()));
+          r.seed, winner_tools);
       break;
     }
     if (r.passed()) {
@@ -852,9 +852,7 @@ TuneReport Tuner::tune(const std::vector<const KernelFile*>& files, const TunePr
       db_.put(best.record);
       report.final_check =
           fmt::format("PASS (seed {}{})", r.seed,
-                      check.sanitizer_tools.empty()
-                          ? ""
-                          : "; " + joined_tool_names(check.sanitizer_tools) + " clean");
+                      check.sanitizer_tools.empty() ? "" : "; " + winner_tools + " clean");
       break;
     }
     report.final_check = fmt::format("FAIL: {}", r.detail);

@@ -737,10 +737,11 @@ TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
   ASSERT_TRUE(kept.contains("checks")) << kept.dump();
   EXPECT_EQ(kept.at("checks").size(), 1u) << kept.dump();
   EXPECT_EQ(kept.at("checks").at("f16").at("source_hash"), "text-a");
-  EXPECT_TRUE(row_checked_text(kept, DType::f16, "text-a"));
-  EXPECT_FALSE(row_checked_text(kept, DType::f16, "text-b"));
-  EXPECT_FALSE(row_checked_text(kept, DType::f16, ""));
-  EXPECT_FALSE(row_checked_text(old_row, DType::f64, "text-a"));  // recorded without a text
+  // (f16 and f64 are not the table's dtype: only the checks recorded in them count.)
+  EXPECT_TRUE(row_check_of_code(kept, DType::f32, DType::f16, "text-a"));
+  EXPECT_FALSE(row_check_of_code(kept, DType::f32, DType::f16, "text-b"));
+  EXPECT_FALSE(row_check_of_code(kept, DType::f32, DType::f16, ""));
+  EXPECT_FALSE(row_check_of_code(old_row, DType::f32, DType::f64, "text-a"));  // without a text
   EXPECT_EQ(row_check_text(old_row, DType::f64), "");
   EXPECT_EQ(row_check_text(old_row, DType::i32), std::nullopt);
   // A whole table written over (`--sizes all`) keeps them the same way.
@@ -763,7 +764,7 @@ TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
   EXPECT_EQ(row_check_text(old_row, DType::f16), "");
   old_row["checks"] = json::array({1, 2});
   EXPECT_FALSE(rewrite(same).contains("checks"));
-  EXPECT_FALSE(row_checked_text(old_row, DType::f16, "text-a"));
+  EXPECT_FALSE(row_check_of_code(old_row, DType::f32, DType::f16, "text-a"));
   old_row["variant_key"] = 3;
   EXPECT_EQ(row_source_hash(old_row), "");
 }
