@@ -16,6 +16,7 @@
  * param: SPLIT = 0 in {0, 1}
  * param: SWAP_AB = 0 in {0, 1}
  * param: EPI_STAGES = 2 in {2, 3, 4}
+ * param: MMA_ORDER = 0 in {0, 1}
  * # CUTLASS's tile: C's TILE_M x TILE_N, or with SWAP_AB 1 (the product computed as
  * # C^T = B^T A^T) its transpose, TILE_N x TILE_M.
  * derive: GEMM_TILE_M = SWAP_AB == 1 ? TILE_N : TILE_M
@@ -142,6 +143,11 @@
 //                    atoms per K step) instead of 64 x 256 (one 64 x 256 atom). This is
 //                    cuBLAS's arrangement at 4096^3 on Hopper (its nvjet kernel issues twice
 //                    as many wgmma instructions as the unswapped tile, by Nsight Compute).
+//   MMA_ORDER        0 = CUTLASS's mainloop: a K step's wgmmas issued and committed at once,
+//                    then a wait for the step before. 1 = each warp group's accumulators in two
+//                    halves along CUTLASS's N; a K step issues the first half's wgmmas, waits for
+//                    the step before, releases its stage, then issues the second half's (see
+//                    split_accumulator below). This is the order of cuBLAS's 4096^3 kernel.
 #include <cstdint>
 #include <type_traits>
 
@@ -248,7 +254,8 @@ constexpr int kThreads = 128;  // one warp group
 constexpr int kRowBytes = EPI_N * int(sizeof(Element));  // 32, 64 or 128 bytes
 // The TMA swizzle as wide as a slice's row: the 16-byte chunk index within each 128-byte line
 // is XORed with the line's index (its low bits), which spreads a stmatrix's eight rows over all
-// 32 banks. The CuTe atom (8 rows of kRowBytes) describes the same layout to the TMA.
+// 32 banks. The CuTe atom (8 rows of kRowBytes) describes it both to the TMA and to the
+// stmatrix addresses.
 using SwizzleAtom =
     std::conditional_t<kRowBytes == 128, GMMA::Layout_K_SW128_Atom<Element>,
                        std::conditional_t<kRowBytes == 64, GMMA::Layout_K_SW64_Atom<Element>,
@@ -256,13 +263,6 @@ using SwizzleAtom =
 using SliceShape = Shape<Int<kRows>, Int<EPI_N>>;
 using SliceLayout = decltype(tile_to_shape(SwizzleAtom{}, SliceShape{}));
 constexpr int kSliceElements = kRows * EPI_N;
-constexpr uint32_t kSwizzleMask = kRowBytes / 16 - 1;  // 16-byte chunks in a slice row, less 1
-
-// Byte offset of (row, col) in a slice buffer, as the TMA reads it (buffers 1024-byte aligned).
-CUTLASS_DEVICE uint32_t swizzled_offset(int row, int col) {
-  const uint32_t linear = uint32_t(row * kRowBytes + col * int(sizeof(Element)));
-  return linear ^ (((linear >> 7) & kSwizzleMask) << 4);
-}
 
 // Two accumulators rounded to the element type, the first in the low half (the lower column).
 CUTLASS_DEVICE uint32_t pack_pair(float lo, float hi) {
@@ -289,8 +289,8 @@ class Store {
   using ElementC = void;
   using ElementD = Element;
   using ThreadEpilogueOp = void;  // none: the accumulators are converted, nothing else
-  using StrideC = StrideD;
   using StrideD = warp_group_epilogue::StrideD;
+  using StrideC = StrideD;
   struct NoArguments {};
   struct Arguments {
     NoArguments thread;  // unused: run_wgmma's set_unit_scale finds no alpha in it
@@ -337,11 +337,12 @@ class Store {
                                  TiledMma tiled_mma, ResidueMNK, int thread, char* smem) {
     // A thread's accumulators of one atom, per PTX's wgmma fragment: for each 8-column chunk c,
     // values 4c and 4c + 1 are columns (8c + 2 (lane % 4), + 1) of row 16 warp + lane / 4,
-    // values 4c + 2 and 4c + 3 the same columns 8 rows lower.
-    static_assert(size<2>(AccLayout{}) == 1, "one wgmma atom spans the tile's N");
+    // values 4c + 2 and 4c + 3 the same columns 8 rows lower. The tile's N is one atom wide, or
+    // two (MMA_ORDER 1).
     constexpr int kAtoms = size<1>(AccLayout{});  // 64-row atoms per warp group
     constexpr int kTileN = size<1>(TileShapeMNK{});
-    static_assert(size<0>(AccLayout{}) == kTileN / 2, "TILE_N / 2 values per thread and atom");
+    constexpr int kAtomChunks = kTileN / size<2>(AccLayout{}) / 8;  // 8-column chunks per atom
+    static_assert(size<0>(AccLayout{}) == 4 * kAtomChunks, "TILE_N / 2 values per thread");
     static_assert(kTileN % EPI_N == 0 && EPI_N % 16 == 0, "whole chunk pairs per slice");
     constexpr int kSlices = kTileN / EPI_N;
 
@@ -364,8 +365,12 @@ class Store {
       const int atom_row = get<0>(coords(0, a, 0)) / kRows * kRows;
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < kSlices; ++s) {
-        Element* buffer =
-            storage.slices.data() + (group * EPI_STAGES + stores_ % EPI_STAGES) * kSliceElements;
+        // The slice's buffer, swizzled as the TMA reads it (CuTe applies the swizzle to the
+        // address: buffers are 1024-byte aligned).
+        Tensor slice =
+            make_tensor(make_smem_ptr(storage.slices.data() +
+                                      (group * EPI_STAGES + stores_ % EPI_STAGES) * kSliceElements),
+                        SliceLayout{});
         // stmatrix x4 writes four 8 x 8 matrices: rows 0-7 and 8-15 of this warp's 16, for
         // chunks c and c + 1; lane i gives the address of row i % 8 of matrix i / 8, and its
         // register j holds its own two values of matrix j.
@@ -376,13 +381,14 @@ class Store {
           uint32_t regs[4];
           CUTLASS_PRAGMA_UNROLL
           for (int j = 0; j < 4; ++j) {
-            const int v = 4 * (c + j / 2) + 2 * (j % 2);
-            regs[j] = pack_pair(acc(v, a, 0), acc(v + 1, a, 0));
+            const int chunk = c + j / 2;
+            const int n_atom = chunk / kAtomChunks;
+            const int v = 4 * (chunk % kAtomChunks) + 2 * (j % 2);
+            regs[j] = pack_pair(acc(v, a, n_atom), acc(v + 1, a, n_atom));
           }
           const int col = (2 * pair + lane / 16) * 8;  // the lane's chunk in the slice
-          SM90_U32x4_STSM_N::copy(
-              regs[0], regs[1], regs[2], regs[3],
-              *reinterpret_cast<uint128_t*>(buffer + swizzled_offset(row, col) / sizeof(Element)));
+          SM90_U32x4_STSM_N::copy(regs[0], regs[1], regs[2], regs[3],
+                                  *reinterpret_cast<uint128_t*>(&slice(row, col)));
         }
         tma_store_fence();  // the writes, visible to the TMA (the async proxy)
         if (thread % kThreads == 0) {
@@ -392,7 +398,6 @@ class Store {
         // A user barrier id: CUTLASS adds its reserved ids' count (hardware ids 8 and 9).
         cutlass::arch::NamedBarrier::sync(kThreads, group);
         if (thread % kThreads == 0) {
-          Tensor slice = make_tensor(make_smem_ptr(buffer), SliceLayout{});
           const int slice_row = (int(m_tile) * size<0>(TileShapeMNK{}) + atom_row) / kRows;
           copy(params_.store, tma.partition_S(slice),
                tma.partition_D(slices_d(_, _, slice_row, int(n_tile) * kSlices + s)));
@@ -442,14 +447,125 @@ constexpr int store_stages() {
     return 0;
   }
 }
-static_assert(store_stages<CutlassEpilogue>() == (EPILOGUE == 1 ? 0 : EPI_STAGES),
+static_assert(EPILOGUE == 2 || store_stages<CutlassEpilogue>() == (EPILOGUE == 1 ? 0 : EPI_STAGES),
               "the TMA epilogue holds EPI_STAGES buffers");
+static_assert(EPILOGUE != 2 || sizeof(warp_group_epilogue::Store::SharedStorage) <= EPI_BYTES,
+              "the header's EPI_BYTES bounds the warp groups' buffers");
 
 // Explicit STAGES (not an automatic carve-out) so that the header's shared-memory bound holds.
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlignment, Element,
     LayoutB, kAlignment, Accumulator, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCount<STAGES>, MainloopSchedule>::CollectiveOp;
+
+// ---- MMA_ORDER 1: two accumulator halves, the second issued after the wait ---------------------
+//
+// CUTLASS's mainloop holds one accumulator per 64-row atom, TILE_N wide. Each K step it issues
+// all of the step's wgmmas, commits them as one group and waits for the previous step's group
+// before it releases that step's stage. Here each warp group splits its accumulators into two
+// halves along N (wgmma atoms TILE_N / 2 wide, as cuBLAS's 4096^3 kernel holds them). Each K
+// step it issues the first half's wgmmas, then waits for the previous step's group, releases
+// that stage, and issues the second half's before it commits: the tensor cores have a half step
+// queued while the warp group waits, releases and issues.
+namespace split_accumulator {
+
+using namespace cute;
+
+// CUTLASS's collective with its TiledMma replaced.
+template <class Collective, class NewTiledMma>
+struct WithTiledMmaImpl;
+template <class NewTiledMma, class Policy, class Tile, class ElementA, class StrideA,
+          class ElementB, class StrideB, class OldTiledMma, class... Rest>
+struct WithTiledMmaImpl<
+    cutlass::gemm::collective::CollectiveMma<Policy, Tile, ElementA, StrideA, ElementB, StrideB,
+                                             OldTiledMma, Rest...>,
+    NewTiledMma> {
+  using type = cutlass::gemm::collective::CollectiveMma<Policy, Tile, ElementA, StrideA, ElementB,
+                                                        StrideB, NewTiledMma, Rest...>;
+};
+
+// The builder's warp-group arrangement, with atoms half as wide.
+using HalfTile = Shape<Int<GEMM_TILE_M>, Int<GEMM_TILE_N / 2>, Int<TILE_K>>;
+using HalfTiledMma = decltype(make_tiled_mma(
+    GMMA::ss_op_selector<
+        Element, Element, Accumulator, HalfTile,
+        cutlass::gemm::collective::detail::gmma_ss_tag_to_major_A<Element, LayoutA>(),
+        cutlass::gemm::collective::detail::gmma_ss_tag_to_major_B<Element, LayoutB>()>(),
+    std::conditional_t<SCHEDULE == 0, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>{}));
+using Base = typename WithTiledMmaImpl<BuiltMainloop, HalfTiledMma>::type;
+
+class Mainloop : public Base {
+ public:
+  using typename Base::MainloopPipeline;
+  using typename Base::Params;
+  using typename Base::PipelineState;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::TensorStorage;
+  using TiledMma = HalfTiledMma;
+
+  // The consumer's part of one tile; the kernel calls Base::mma_tail after it, which waits for
+  // the last group and releases its stage, as after CUTLASS's own loop.
+  template <class Accumulators>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, Accumulators& acc,
+                          int k_tiles, int thread, TensorStorage& storage, Params const&) {
+    Tensor sA = make_tensor(make_smem_ptr(storage.smem_A.data()), SmemLayoutA{});  // (M, K, stage)
+    Tensor sB = make_tensor(make_smem_ptr(storage.smem_B.data()), SmemLayoutB{});  // (N, K, stage)
+    TiledMma tiled_mma;
+    const int group = __shfl_sync(0xffffffff, thread / cutlass::NumThreadsPerWarpGroup, 0);
+    auto thread_mma = tiled_mma.get_slice(group * cutlass::NumThreadsPerWarpGroup);
+    Tensor a =
+        thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA, atoms M, K blocks, stage)
+    Tensor b =
+        thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA, halves, K blocks, stage)
+    static_assert(size<2>(Accumulators{}) == 2, "two halves along N");
+    constexpr int kAtomsM = size<1>(Accumulators{});
+    constexpr int kBlocks = size<2>(decltype(a){});
+
+    // The wgmmas of one half on one stage; the first K step starts the sums from zero.
+    auto issue_half = [&](int half, int stage, bool first) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < kBlocks; ++k) {
+        tiled_mma.accumulate_ = first && k == 0 ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+        CUTLASS_PRAGMA_UNROLL
+        for (int m = 0; m < kAtomsM; ++m) {
+          gemm(tiled_mma, a(_, m, k, stage), b(_, half, k, stage), acc(_, m, half));
+        }
+      }
+    };
+
+    PipelineState release = read;
+    warpgroup_fence_operand(acc);
+    pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
+    warpgroup_arrive();
+    issue_half(0, read.index(), true);
+    issue_half(1, read.index(), true);
+    warpgroup_commit_batch();
+    ++read;
+    warpgroup_fence_operand(acc);
+
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int k_tile = 1; k_tile < k_tiles; ++k_tile) {
+      pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
+      warpgroup_fence_operand(acc);
+      warpgroup_arrive();
+      issue_half(0, read.index(), false);
+      warpgroup_wait<0>();  // the previous step's group: its stage is read
+      pipeline.consumer_release(release);
+      ++release;
+      issue_half(1, read.index(), false);
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(acc);
+      ++read;
+    }
+    warpgroup_fence_operand(acc);
+  }
+};
+
+}  // namespace split_accumulator
+
+using CollectiveMainloop =
+    std::conditional_t<MMA_ORDER == 1, split_accumulator::Mainloop, BuiltMainloop>;
 
 using ProblemShape = cute::Shape<int, int, int, int>;  // CUTLASS's (M, N, K, batch = 1)
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
