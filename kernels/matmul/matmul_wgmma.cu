@@ -13,7 +13,7 @@
  * param: EPI_N = 32 in {16, 32, 64}
  * param: RASTER = 0 in {0, 1, 2}
  * param: SWIZZLE = 1 in {1, 2, 4, 8}
- * param: SPLIT = 0 in {0, 1, 2}
+ * param: SPLIT = 0 in {0, 1}
  * param: SWAP_AB = 0 in {0, 1}
  * param: EPI_STAGES = 2 in {2, 3, 4}
  * param: MMA_ORDER = 0 in {0, 1}
@@ -84,13 +84,10 @@
 //
 // The scheduler: SPLIT 0 is the persistent tile scheduler: tiles are numbered in raster order
 // (RASTER) in bands SWIZZLE tiles wide, so that the tiles running at the same time share rows
-// of A and columns of B in L2. SPLIT 1 and 2 are stream-K: the K loops of the tiles of the last
-// two waves are split over one wave of blocks, which add their partial sums through a workspace
-// (kf::Workspace, kept between calls; CUTLASS zeroes its flags with a memset on the stream each
-// call), so that no SM idles through a part-empty last wave. SPLIT 1 leaves it to CUTLASS's
-// heuristic, which splits only when the last wave is less than half full (otherwise every tile
-// is whole, as SPLIT 0 but through the stream-K scheduler); SPLIT 2 always splits. At 4096^3 on
-// 132 SMs, 512 tiles of 128 x 256 fill 3.88 waves: whole tiles cost 4.
+// of A and columns of B in L2. SPLIT 1 is stream-K: where CUTLASS's heuristic finds that whole
+// tiles would leave the last wave part-empty, the K loops of some tiles are split over blocks
+// that add their partial sums through a workspace (kf::Workspace, kept between calls; CUTLASS
+// zeroes its flags with a memset on the stream each call).
 //
 // TMA needs 16-byte aligned base pointers and row strides: K % 8 == 0 and N % 8 == 0. Any
 // other shape (and K == 0, which CUTLASS's mainloop does not handle) takes a plain path: a
@@ -138,8 +135,7 @@
 //                    (along its M when it has more tiles along its N than along its M, else
 //                    along its N).
 //   SWIZZLE          width of the raster bands, in tiles (CUTLASS's max_swizzle_size).
-//   SPLIT            0 = persistent data-parallel scheduler, 1 = stream-K scheduler where its
-//                    heuristic splits, 2 = stream-K whenever the last wave is part-empty.
+//   SPLIT            0 = persistent data-parallel scheduler, 1 = stream-K scheduler.
 //   SWAP_AB          1 = compute C^T = B^T A^T. B^T becomes the wgmma's first operand, read
 //                    MN-major, and A^T its second, read K-major; C is written as a column-major
 //                    C^T. The cooperative warp groups then split C's columns instead of its
@@ -717,10 +713,6 @@ int run_wgmma(const kf_elem* a, const kf_elem* b, kf_elem* c, int M, int N, int 
   arguments.epilogue.dC = stride_d;
   arguments.epilogue.ptr_D = reinterpret_cast<Element*>(c);
   arguments.epilogue.dD = stride_d;
-  if constexpr (SPLIT == 2) {
-    using Decomposition = decltype(arguments.scheduler.decomposition_mode);
-    arguments.scheduler.decomposition_mode = Decomposition::StreamK;
-  }
   // RASTER names C's axes: along M is along CUTLASS's N when the product is swapped.
   const int raster = kSwapAB && RASTER != 0 ? 3 - RASTER : RASTER;
   return kf::run_cutlass_gemm<Gemm, kGemmClusterM, kGemmClusterN>(
