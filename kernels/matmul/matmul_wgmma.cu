@@ -44,6 +44,9 @@
  * # EPI_STAGES buffers, 128 rows in all) is written for the cooperative, unswapped,
  * # data-parallel kernel; the 16 rows bound its alignment padding too.
  * require: EPILOGUE != 2 || (SCHEDULE == 0 && SWAP_AB == 0 && SPLIT == 0)
+ * # MMA_ORDER 1 splits CUTLASS's tile into two wgmma atoms along its N. B is N-major (unless
+ * # swapped) in shared-memory atoms up to 64 elements wide, and each half must hold whole atoms.
+ * require: MMA_ORDER == 0 || GEMM_TILE_N % 128 == 0
  * derive: EPI_BYTES = EPILOGUE == 1 ? 0 : (EPI_STAGES * EPI_ROWS + 16) * EPI_N * elem_bytes
  * derive: SMEM_BYTES = STAGES * (TILE_M + TILE_N) * TILE_K * elem_bytes + EPI_BYTES + 1024
  * require: SMEM_BYTES <= max_shared_per_block
@@ -487,17 +490,27 @@ struct WithTiledMmaImpl<
                                                         StrideB, NewTiledMma, Rest...>;
 };
 
-// The builder's warp-group arrangement, with atoms half as wide.
-using HalfTile = Shape<Int<GEMM_TILE_M>, Int<GEMM_TILE_N / 2>, Int<TILE_K>>;
+// The builder's warp-group arrangement, with atoms half as wide along CUTLASS's N.
+template <class TileShapeMNK>
 using HalfTiledMma = decltype(make_tiled_mma(
     GMMA::ss_op_selector<
-        Element, Element, Accumulator, HalfTile,
+        Element, Element, Accumulator,
+        Shape<decltype(get<0>(TileShapeMNK{})), decltype(get<1>(TileShapeMNK{}) / _2{}),
+              decltype(get<2>(TileShapeMNK{}))>,
         cutlass::gemm::collective::detail::gmma_ss_tag_to_major_A<Element, LayoutA>(),
         cutlass::gemm::collective::detail::gmma_ss_tag_to_major_B<Element, LayoutB>()>(),
     std::conditional_t<SCHEDULE == 0, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _1, _1>>>{}));
-using Base = typename WithTiledMmaImpl<BuiltMainloop, HalfTiledMma>::type;
 
-class Mainloop : public Base {
+// A template of the builder's collective, so that nothing of it is instantiated unless
+// MMA_ORDER 1 selects it.
+template <class Built>
+using HalfMainloop =
+    typename WithTiledMmaImpl<Built, HalfTiledMma<typename Built::TileShape>>::type;
+
+template <class Built>
+class Mainloop : public HalfMainloop<Built> {
+  using Base = HalfMainloop<Built>;
+
  public:
   using typename Base::MainloopPipeline;
   using typename Base::Params;
@@ -505,7 +518,7 @@ class Mainloop : public Base {
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
   using typename Base::TensorStorage;
-  using TiledMma = HalfTiledMma;
+  using typename Base::TiledMma;
 
   // The consumer's part of one tile; the kernel calls Base::mma_tail after it, which waits for
   // the last group and releases its stage, as after CUTLASS's own loop.
@@ -568,7 +581,7 @@ class Mainloop : public Base {
 }  // namespace split_accumulator
 
 using CollectiveMainloop =
-    std::conditional_t<MMA_ORDER == 1, split_accumulator::Mainloop, BuiltMainloop>;
+    std::conditional_t<MMA_ORDER == 1, split_accumulator::Mainloop<BuiltMainloop>, BuiltMainloop>;
 
 using ProblemShape = cute::Shape<int, int, int, int>;  // CUTLASS's (M, N, K, batch = 1)
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
