@@ -122,6 +122,7 @@ struct CheckFlags {
   bool sanitize = false;
   std::string json_path;
   std::string table;
+  bool compile_only = false;
 };
 
 int cmd_check_table(const CheckFlags& flags, const DeviceFlags& device) {
@@ -131,6 +132,7 @@ int cmd_check_table(const CheckFlags& flags, const DeviceFlags& device) {
   options.arch = flags.arch;
   options.timeout_seconds = flags.timeout_seconds;
   options.keep = flags.keep;
+  options.compile_only = flags.compile_only;
   return check_table_variants(flags.table, parse_dtypes(flags.dtypes), device, options) == 0 ? 0
                                                                                              : 1;
 }
@@ -310,6 +312,9 @@ int main(int argc, char** argv) {
   check->add_option("--table", check_flags.table,
                     "Check every variant of this tuned table in the --dtype dtypes and record "
                     "the results in its rows (instead of FILE)");
+  check->add_flag("--compile-only", check_flags.compile_only,
+                  "With --table: compile every variant of the table (CUDA files, for --arch or "
+                  "sm_90a) and report what does not compile; needs no GPU, records nothing");
   check->add_option("--dtype", check_flags.dtypes, "Only these dtypes (repeatable)");
   check->add_option("--param", check_flags.params, "NAME=VALUE (repeatable)");
   check->add_option("--stage", check_flags.stages, "Only these stages (repeatable)")
@@ -408,6 +413,8 @@ int main(int argc, char** argv) {
     if (*check && !check_flags.table.empty()) return cmd_check_table(check_flags, device_flags);
     if (*check && check_flags.file.empty())
       throw UsageError("check: give a kernel FILE or --table");
+    if (*check && check_flags.compile_only)
+      throw UsageError("check: --compile-only compiles a table's variants: give --table");
     if (*check) return cmd_check(check_flags, device_flags, args);
     if (*bench) return cmd_bench(bench_flags, device_flags, args);
     if (*tune) return cmd_tune(tune_flags, device_flags, args);

@@ -7,10 +7,21 @@
 
 #include <fmt/format.h>
 
+#include "compile/compiler.h"
+#include "compile/variant.h"
 #include "core/error.h"
 #include "tune/library.h"
 
 namespace kforge {
+namespace {
+
+// "FAIL (COMPILE_ERROR)" from a recorded result "FAIL (COMPILE_ERROR): the compiler's output".
+std::string failure_of(const nlohmann::json& check) {
+  const std::string result = check.value("result", std::string("FAIL"));
+  return result.substr(0, result.find(':'));
+}
+
+}  // namespace
 
 int check_table_variants(const std::filesystem::path& table_path, const std::vector<DType>& dtypes,
                          const DeviceFlags& device, const TableCheckOptions& options) {
@@ -25,7 +36,8 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
                                              row.value("params", nlohmann::json::object())};
     if (std::find(variants.begin(), variants.end(), v) == variants.end()) variants.push_back(v);
   }
-  const std::vector<KernelFile> files = library_files(op, pick_backend(device, nullptr));
+  const std::vector<KernelFile> files =
+      library_files(op, options.compile_only ? "cuda" : pick_backend(device, nullptr));
   const auto file_named = [&](const std::string& name) {
     const auto file = std::find_if(files.begin(), files.end(), [&](const KernelFile& f) {
       return f.path.filename().string() == name;
@@ -46,6 +58,51 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
              row.value("params", nlohmann::json::object()) == params_json;
     };
   };
+  if (options.compile_only) {
+    std::vector<std::pair<const KernelFile*, Variant>> work;
+    std::vector<std::string> rejected;  // variants whose file's constraints now rule them out
+    const std::string arch = options.arch.empty() ? "sm_90a" : options.arch;
+    for (const auto& [name, params_json] : variants) {
+      const KernelFile& file = *file_named(name);
+      for (const DType dtype : dtypes) {
+        if (!file.supports(dtype)) continue;
+        // Derived values that need a device's limits would fail here: none of the library's do.
+        Bindings bindings = {{"elem_bytes", static_cast<long long>(dtype_size(dtype))}};
+        const ParamValues params =
+            file.with_derived(file.resolve_params(dtype, params_of(params_json)), bindings);
+        const Variant variant = Variant::make(file, params, dtype, arch);
+        for (const auto& [param, value] : params)
+          bindings[param] = value;
+        // The `require:` lines a device's limits do not enter (those are left to the device).
+        const auto broken = std::find_if(
+            file.requirements.begin(), file.requirements.end(), [&](const auto& requirement) {
+              return !requirement.pruning_only && requirement.expression.bound_by(bindings) &&
+                     requirement.expression.evaluate(bindings) == 0;
+            });
+        if (broken != file.requirements.end()) {
+          rejected.push_back(fmt::format("{} (require '{}', line {})", variant.describe(),
+                                         broken->expression.text(), broken->line));
+        } else {
+          work.emplace_back(&file, variant);
+        }
+      }
+    }
+    progress_line(fmt::format("compiling the {} variants of {} for {}", work.size(),
+                              table_path.string(), arch));
+    const std::vector<CompileResult> built = Compiler().compile_all(work);
+    int failed = static_cast<int>(rejected.size());
+    fmt::print("\n{} ({} variants, compiled for {}):\n", table_path.string(), variants.size(),
+               arch);
+    for (const std::string& line : rejected)
+      fmt::print("  {:<13} {}\n", "REJECTED", line);
+    for (const CompileResult& r : built) {
+      if (!r.ok) ++failed;
+      fmt::print("  {:<13} {}\n", r.ok ? "COMPILES" : "COMPILE_ERROR", r.variant.describe());
+      if (!r.ok) fmt::print("{}\n", r.log);
+    }
+    return failed;
+  }
+
   // What a check covers is the file's code as it was, with the project headers it includes
   // (KernelFile::text_hash): after an edit to the code of any of them, not to a comment, the
   // variant is checked again. The checks that count are this command's records and, in the
@@ -109,7 +166,7 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
         const nlohmann::json& check =
             failing != checked.checks.end() ? *failing : checked.checks.front();
         if (!check_passed(check)) ++failed;
-        const std::string verdict = check_passed(check) ? "PASS" : "FAIL";
+        const std::string verdict = check_passed(check) ? "PASS" : failure_of(check);
         if (checked.on_every_row) {
           lines.push_back(fmt::format("{:<5} {:<4} {} {}  (checked before)", verdict,
                                       dtype_name(dtype), name, params_json.dump()));
@@ -148,7 +205,9 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
       const int updated = record_table_check(table_path, name, params_json, dtype, result,
                                              report.seed, source_hash);
       lines.push_back(
-          fmt::format("{:<5} {:<4} {} {}  ({} rows{})", report.passed() ? "PASS" : "FAIL",
+          fmt::format("{:<5} {:<4} {} {}  ({} rows{})",
+                      report.passed() ? std::string("PASS")
+                                      : fmt::format("FAIL ({})", verdict_name(report.verdict)),
                       dtype_name(dtype), name, params_json.dump(), updated,
                       earlier_text ? "; checked before in another text of the file" : ""));
     }

@@ -769,6 +769,50 @@ TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
   EXPECT_EQ(row_source_hash(old_row), "");
 }
 
+// `kforge check --table --compile-only` compiles every variant of a table on a machine without
+// a GPU, so that an edit that breaks a tuned variant other than the file's defaults shows before
+// any device time is spent. It names each variant's verdict, exits non-zero when one does not
+// compile or its file's constraints now rule it out, and records nothing.
+TEST(TableCheckCli, CompileOnlyCompilesEveryVariantAndRecordsNothing) {
+  const std::string rowblock =
+      read_text(test::source_root() / "kernels" / "rmsnorm" / "rmsnorm_rowblock.cu");
+  const fs::path root = make_library_tree("table-check-compile-only");
+  const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
+  const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
+  const fs::path op_dir = root / "kernels" / "rmsnorm";
+  write_text(op_dir / "rmsnorm_rowblock.cu", rowblock);
+  // A copy that builds at its defaults but not at UNROLL 2, as an edit can break one variant.
+  std::string broken = rowblock;
+  const size_t body = broken.find("*/\n");
+  ASSERT_NE(body, std::string::npos);
+  broken.insert(body + 3, "#if UNROLL == 2\n#error \"no build at UNROLL 2\"\n#endif\n");
+  write_text(op_dir / "rmsnorm_unroll_cut.cu", broken);
+  const fs::path table =
+      write_table({table_row(64, 128, "rmsnorm_rowblock.cu", {{"UNROLL", 2}}, 1.0),
+                   table_row(128, 128, "rmsnorm_unroll_cut.cu", {{"UNROLL", 2}}, 1.0),
+                   table_row(256, 256, "rmsnorm_rowblock.cu",
+                             {{"BLOCK_THREADS", 64}, {"ROWS_PER_BLOCK", 4}}, 1.0)},
+                  DType::bf16);
+  const std::string before = read_text(table);
+
+  const CommandResult r =
+      run_kforge({"check", "--table", table.string(), "--dtype", "bf16", "--compile-only"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("COMPILES      rmsnorm_rowblock.cu"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("COMPILE_ERROR rmsnorm_unroll_cut.cu"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no build at UNROLL 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("REJECTED      rmsnorm_rowblock.cu [BLOCK_THREADS=64"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("require 'BLOCK_THREADS >= 32 * ROWS_PER_BLOCK'"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_text(table), before);
+
+  const CommandResult no_table = run_kforge(
+      {"check", (op_dir / "rmsnorm_rowblock.cu").string(), "--dtype", "bf16", "--compile-only"});
+  EXPECT_NE(no_table.exit_code, 0);
+  EXPECT_NE(no_table.output.find("give --table"), std::string::npos) << no_table.output;
+}
+
 // `kforge check --table` records the code it checked (the file's text and the headers it
 // includes), skips a variant checked in that code, and checks it again once the file or a header
 // it includes has changed.
@@ -893,7 +937,7 @@ TEST(TableCheckCli, ASameTextCheckOnOneRowIsCopiedToTheVariantsOtherRows) {
   table = table_with("FAIL (WRONG): mismatch at [3, 7]");
   r = check(table);
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("FAIL  f32"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("FAIL (WRONG) f32"), std::string::npos) << r.output;
   EXPECT_EQ(second_row(table).at("result"), "FAIL (WRONG): mismatch at [3, 7]");
 }
 
