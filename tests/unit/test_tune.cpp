@@ -311,6 +311,34 @@ TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
   }
 }
 
+// MMA_ORDER 1 splits CUTLASS's tile into two wgmma atoms along its N, each of which must hold
+// whole shared-memory atoms of B (64 elements wide): CUTLASS's TILE_N a multiple of 128. Tiles
+// 160-224 wide (the LLM projections' rows) and 64 keep CUTLASS's order; swapped, CUTLASS's N is
+// C's TILE_M.
+TEST(SearchSpace, MatmulsSplitAccumulatorNeedsWholeAtomsPerHalf) {
+  const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
+  const Bindings context = context_for(hopper(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const auto violation = [&](ParamValues point, int mma_order) {
+    point["MMA_ORDER"] = mma_order;
+    return bf16_violation(f, context, point);
+  };
+  for (const ParamValues& point :
+       std::vector<ParamValues>{{{"TILE_M", 128}, {"TILE_N", 256}},
+                                {{"TILE_M", 128}, {"TILE_N", 128}, {"STAGES", 6}},
+                                {{"TILE_M", 256}, {"TILE_N", 128}, {"SWAP_AB", 1}}}) {
+    EXPECT_EQ(violation(point, 1), "");
+  }
+  for (const ParamValues& point :
+       std::vector<ParamValues>{{{"TILE_M", 256}, {"TILE_N", 192}, {"TILE_K", 32}, {"STAGES", 6}},
+                                {{"TILE_M", 256}, {"TILE_N", 176}, {"EPI_N", 16}, {"STAGES", 4}},
+                                {{"TILE_M", 256}, {"TILE_N", 160}, {"TILE_K", 32}, {"STAGES", 7}},
+                                {{"TILE_M", 128}, {"TILE_N", 64}, {"STAGES", 6}},
+                                {{"TILE_M", 64}, {"TILE_N", 128}, {"SWAP_AB", 1}, {"STAGES", 6}}}) {
+    EXPECT_EQ(violation(point, 0), "");
+    EXPECT_NE(violation(point, 1).find("MMA_ORDER == 0"), std::string::npos);
+  }
+}
+
 // The same coupling under the guided strategies, in a tune like the one that missed it (both
 // rmsnorm files at 4096x4096, single-read variants the fastest): every seed proposes one within
 // 100 proposals. Before neighbours and mutations were repaired, local search did so with none
