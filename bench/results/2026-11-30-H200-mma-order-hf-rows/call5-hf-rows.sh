@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200: rows for the three HF GEMM shapes matmul's H200 table lacked (Llama-2 down 4096x2048x5632
-# and the two lm_heads), which ran the nearest row's variant: the tables' variants and the
-# defaults as given points (--update-table, the winner checked in bf16 with the sanitizers and in
+# and the two lm_heads), which ran the nearest row's variant: the tune's starts from the tables
+# (the nearest row of each same-architecture table) and the defaults as given points (--update-table, the winner checked in bf16 with the sanitizers and in
 # f16); then bench/peers at the three shapes.
 set -u
 export KFORGE_GIT_SHA="$(cat .device/sha)"
