@@ -72,6 +72,11 @@ double minimum(double a, double b) {
 double maximum(double a, double b) {
   return std::max(a, b);
 }
+// a / b rounded up, for counts of tiles or waves (a >= 0, b > 0).
+double ceiling_division(double a, double b) {
+  if (as_integer(b) <= 0) throw mu::ParserError("ceil_div by a divisor below 1");
+  return static_cast<double>((as_integer(a) + as_integer(b) - 1) / as_integer(b));
+}
 
 void configure(mu::Parser& parser) {
   parser.EnableBuiltInOprt(false);
@@ -94,6 +99,7 @@ void configure(mu::Parser& parser) {
   parser.DefineInfixOprt("!", logical_not);
   parser.DefineFun("min", minimum);
   parser.DefineFun("max", maximum);
+  parser.DefineFun("ceil_div", ceiling_division);
 }
 
 }  // namespace

@@ -119,6 +119,8 @@ class HeaderParser {
       set_once(file_.block_threads, key, value, line);
     } else if (key == "cluster") {
       set_once(file_.cluster_blocks, key, value, line);
+    } else if (key == "busy") {
+      set_once(file_.busy, key, value, line);
     } else if (key == "min_occupancy") {
       long long percent = 0;
       if (!parse_integer(value, &percent) || percent < 1 || percent > 100) {

@@ -61,7 +61,13 @@ struct KernelFile {
   std::optional<Expression> block_threads;   // threads per block of the main kernel
   std::optional<Expression> cluster_blocks;  // thread-block cluster size (1: no cluster)
   int min_occupancy_percent = 0;             // theoretical occupancy below this is pruned
-  std::vector<std::string> libraries;        // header libraries it includes (`uses:`): "cutlass"
+  // `busy:` the work the busiest SM does at a problem, in any unit the file likes (the problem's
+  // sizes, tunables, derived values and the device's limits bound): a variant's time is taken
+  // to scale with it from one problem to another. The library uses it to choose, for a size
+  // without a table row, the row whose variant is predicted fastest there (library.h). It
+  // changes nothing that is compiled or checked, so it does not count in text_hash.
+  std::optional<Expression> busy;
+  std::vector<std::string> libraries;  // header libraries it includes (`uses:`): "cutlass"
 
   // Reads and parses a file; throws UsageError if unreadable, ParseError if malformed.
   static KernelFile load(const std::filesystem::path& path);

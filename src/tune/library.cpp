@@ -179,6 +179,12 @@ std::string LibraryChoice::describe() const {
     case Source::exact_size:
       return fmt::format("tuned at {}{}{}{}", tuned_shape, borrowed, adopted, unchecked);
     case Source::nearest_size:
+      if (predicted_us) {
+        return fmt::format(
+            "tuned at {} (of the tuned sizes, the one predicted fastest here: {:.1f} us by its "
+            "file's busy: line{}{}){}",
+            tuned_shape, *predicted_us, borrowed, adopted, unchecked);
+      }
       return fmt::format("tuned at {} (the nearest tuned size{}{}){}", tuned_shape, borrowed,
                          adopted, unchecked);
     case Source::defaults:
@@ -196,6 +202,7 @@ nlohmann::json LibraryChoice::to_json() const {
                       {"describe", describe()}};
   if (!tuned_shape.empty()) j["tuned_shape"] = tuned_shape;
   if (tuned_median_us) j["tuned_median_us"] = *tuned_median_us;
+  if (predicted_us) j["predicted_us"] = *predicted_us;
   if (!table.empty()) j["table"] = table.string();
   if (borrowed_from) j["table_dtype"] = dtype_name(*borrowed_from);
   if (!adopted_from.empty()) j["adopted_from"] = adopted_from;
@@ -352,6 +359,20 @@ bool defaults_run_on(const KernelFile& file, DType dtype, const DeviceInfo& devi
   return first_violation(file, bindings, device, false).empty();
 }
 
+// The file's `busy:` value for the variant `params` (tunables as a table row names them) at
+// `sizes`; nothing when the file has no such line or it does not evaluate to a positive number.
+std::optional<double> busy_at(const KernelFile& file, const ParamValues& params, const Sizes& sizes,
+                              DType dtype, const DeviceInfo& device) {
+  if (!file.busy) return std::nullopt;
+  Bindings bindings = problem_bindings(device, dtype, &sizes);
+  for (const auto& [name, value] : file.with_derived(file.resolve_params(dtype, params), bindings))
+    bindings[name] = value;
+  if (!file.busy->bound_by(bindings)) return std::nullopt;
+  const long long busy = file.busy->evaluate(bindings);
+  if (busy <= 0) return std::nullopt;
+  return static_cast<double>(busy);
+}
+
 }  // namespace
 
 fs::path device_starter(const OpSpec& op, DType dtype, const DeviceInfo& device) {
@@ -396,6 +417,16 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
     }
     std::stable_sort(rows.begin(), rows.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
+    // The rows that can serve here, nearest first.
+    struct Candidate {
+      double distance;
+      const nlohmann::json* row;
+      const KernelFile* file;
+      CheckInText check;
+      ParamValues params;
+      std::optional<double> predicted_us;
+    };
+    std::vector<Candidate> candidates;
     for (const auto& [distance, row] : rows) {
       if (distance == std::numeric_limits<double>::max()) break;
       const std::string name = row->at("file").get<std::string>();
@@ -407,16 +438,46 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
       if (check == CheckInText::failed) continue;  // the file as it is now fails there
       const auto params = valid_params(*file, row->at("params"), sizes, dtype, device);
       if (!params) continue;
-      choice.checked_in_present_text = check == CheckInText::passed;
-      choice.file = file->path;
-      choice.params = *params;
-      choice.source =
-          distance == 0 ? LibraryChoice::Source::exact_size : LibraryChoice::Source::nearest_size;
-      choice.tuned_shape = row->value("shape", std::string());
-      choice.adopted_from = row->value("adopted_from", std::string());
-      if (row->contains("time_us")) choice.tuned_median_us = row->at("time_us").get<double>();
-      return choice;
+      candidates.push_back({distance, row, &*file, check, *params, std::nullopt});
+      if (distance == 0) break;  // a row of this very size: nothing to predict
     }
+    if (candidates.empty()) return choice;
+    // A size without a row of its own: where every candidate's file says how its work spreads
+    // over the device (busy:), each row's measured time is scaled to this size by it, and the
+    // row predicted fastest here is taken; otherwise the nearest. The nearest row's variant can
+    // be far from right: a tile that divides its own N can leave a third of another's last tile
+    // and wave empty.
+    const Candidate* chosen = &candidates.front();
+    if (chosen->distance != 0) {
+      bool all_predicted = true;
+      for (Candidate& c : candidates) {
+        const Sizes row_sizes = c.row->at("sizes").get<Sizes>();
+        const auto here = busy_at(*c.file, c.params, sizes, dtype, device);
+        const auto there = busy_at(*c.file, c.params, row_sizes, dtype, device);
+        if (here && there && c.row->contains("time_us")) {
+          c.predicted_us = c.row->at("time_us").get<double>() * *here / *there;
+        } else {
+          all_predicted = false;
+        }
+      }
+      if (all_predicted) {
+        chosen = &*std::min_element(candidates.begin(), candidates.end(),
+                                    [](const Candidate& a, const Candidate& b) {
+                                      return *a.predicted_us < *b.predicted_us;
+                                    });
+      }
+    }
+    const nlohmann::json& row = *chosen->row;
+    choice.checked_in_present_text = chosen->check == CheckInText::passed;
+    choice.file = chosen->file->path;
+    choice.params = chosen->params;
+    choice.source = chosen->distance == 0 ? LibraryChoice::Source::exact_size
+                                          : LibraryChoice::Source::nearest_size;
+    choice.tuned_shape = row.value("shape", std::string());
+    choice.adopted_from = row.value("adopted_from", std::string());
+    if (row.contains("time_us")) choice.tuned_median_us = row.at("time_us").get<double>();
+    if (chosen->predicted_us && candidates.size() > 1) choice.predicted_us = chosen->predicted_us;
+    return choice;
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not a tuned table: {}", table_path.string(), e.what()));
   }

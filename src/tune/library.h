@@ -5,7 +5,9 @@
 // dtype and device. A problem gets, in order of preference:
 //   1. the table row for its exact sizes (tuned for this problem on this device);
 //   2. the table row of the nearest tuned size (sizes compared on a log scale), when that
-//      variant's requirements hold at the new sizes;
+//      variant's requirements hold at the new sizes; where every such row's file has a `busy:`
+//      line (how much work its busiest SM does at a problem), the row whose measured time,
+//      scaled to the new sizes by it, is the shortest;
 //   3. the defaults of the op's starter file (device_starter: one that can run on the device).
 // Every library variant is correct at every size (the files' own fallbacks see to it), so a
 // choice only ever costs speed, never correctness.
@@ -129,9 +131,12 @@ struct LibraryChoice {
   enum class Source { exact_size, nearest_size, defaults } source = Source::defaults;
   std::string tuned_shape;                // the table row used, for exact/nearest
   std::optional<double> tuned_median_us;  // its time when it was tuned
-  std::filesystem::path table;            // the table consulted, if any
-  std::optional<DType> borrowed_from;     // the table's dtype, when it is not the problem's
-  std::string adopted_from;  // the device whose table's rows this device's table adopted
+  // For a size without a row: the row's time scaled to this size by its file's busy: line, when
+  // that prediction chose the row among several (library_choice).
+  std::optional<double> predicted_us;
+  std::filesystem::path table;         // the table consulted, if any
+  std::optional<DType> borrowed_from;  // the table's dtype, when it is not the problem's
+  std::string adopted_from;            // the device whose table's rows this device's table adopted
   // The row's check in this dtype was made on the file's present text (library_choice skips a
   // row whose check there failed; one checked only on an earlier text is used, and says so).
   bool checked_in_present_text = false;

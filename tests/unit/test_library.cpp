@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -290,6 +291,62 @@ TEST_F(LibraryChoiceTest, OtherSizesTakeTheNearestRowOnALogScale) {
   const LibraryChoice e = choose(mn(65536, 16384));
   EXPECT_EQ(e.source, LibraryChoice::Source::nearest_size);
   EXPECT_EQ(e.tuned_shape, "4096x4096");
+}
+
+// Where every candidate row's file has a busy: line, a size without a row of its own runs the
+// row whose time, scaled to the size by that line, is the shortest, not the nearest row; where
+// one of them lacks the line, the nearest. The line does not count in the code hash.
+TEST_F(LibraryChoiceTest, BusyLinesScaleEachRowsTimeToTheSize) {
+  // busy: rows in blocks of UNROLL rows each, all of N per block.
+  const std::string busy_line = " * busy: ceil_div(M, UNROLL) * UNROLL * N\n";
+  for (const char* name : {"rmsnorm_cpu.cpp", "rmsnorm_chunked_cpu.cpp"}) {
+    std::string text = read_text(kernel(name));
+    const std::string before_hash = kernel_text_hash(text, kernel(name));
+    text.insert(text.find(kUnrollLine), busy_line);
+    write_text(kernel(name), text);
+    EXPECT_EQ(kernel_text_hash(text, kernel(name)), before_hash) << name;
+  }
+  // 4096x4096 is nearer to 2048x4096 (0.69 against 1.39), but 1024x1024's 2 us scale to
+  // 2 * (2048 * 4096) / (1024 * 1024) = 16 us there, against 120.5 / 2 = 60.25.
+  write_table(
+      {table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5),
+       table_row(1024, 1024, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 2}, {"CHUNK", 256}}, 2.0)});
+  const LibraryChoice c = choose(mn(2048, 4096));
+  EXPECT_EQ(c.file, kernel("rmsnorm_chunked_cpu.cpp"));
+  EXPECT_EQ(c.tuned_shape, "1024x1024");
+  EXPECT_EQ(c.source, LibraryChoice::Source::nearest_size);
+  EXPECT_DOUBLE_EQ(c.predicted_us.value_or(-1), 16.0);
+  EXPECT_EQ(c.describe(),
+            "tuned at 1024x1024 (of the tuned sizes, the one predicted fastest here: 16.0 us by "
+            "its file's busy: line)");
+  EXPECT_DOUBLE_EQ(c.to_json().at("predicted_us").get<double>(), 16.0);
+  // A row of the size itself is taken as it is.
+  const LibraryChoice exact = choose(mn(4096, 4096));
+  EXPECT_EQ(exact.source, LibraryChoice::Source::exact_size);
+  EXPECT_FALSE(exact.predicted_us);
+
+  // Without the line in one file there is no common scale: the nearest row.
+  std::string without = read_text(kernel("rmsnorm_cpu.cpp"));
+  without.erase(without.find(busy_line), busy_line.size());
+  write_text(kernel("rmsnorm_cpu.cpp"), without);
+  const LibraryChoice d = choose(mn(2048, 4096));
+  EXPECT_EQ(d.tuned_shape, "4096x4096");
+  EXPECT_FALSE(d.predicted_us);
+}
+
+// matmul_wgmma.cu's busy: line on the H200's table as shipped: N 2048 with K 8960 has no row.
+// Its nearest row (4096x1536x8960) holds a 256 x 192 tile, which leaves a third of the 11th
+// tile along N empty and fills 1.33 waves; the 128 x 256 rows fill two whole waves.
+TEST(LibraryChoiceBusy, AMatmulSizeWithoutARowRunsTheRowPredictedFastestThere) {
+  const DeviceInfo h200 = test::hopper_device("NVIDIA H200");
+  const LibraryChoice c = library_choice(
+      *find_op("matmul"), {{"M", 4096}, {"N", 2048}, {"K", 8960}}, DType::bf16, h200);
+  ASSERT_EQ(c.source, LibraryChoice::Source::nearest_size) << c.describe();
+  ASSERT_TRUE(c.predicted_us) << c.describe();
+  std::cout << "4096x2048x8960: " << c.describe() << "\n";
+  EXPECT_NE(c.tuned_shape, "4096x1536x8960") << c.describe();
+  EXPECT_EQ(c.params.at("TILE_M"), 128) << c.describe();
+  EXPECT_EQ(c.params.at("TILE_N"), 256) << c.describe();
 }
 
 TEST(SizeDistance, FlagsThatAgreeCostNothingAndFlagsThatDifferOutweighDimensions) {

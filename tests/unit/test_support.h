@@ -12,8 +12,28 @@
 #include <unistd.h>
 
 #include "compile/compiler.h"
+#include "device/backend.h"
 
 namespace kforge::test {
+
+// A Hopper GPU's limits as the CUDA runtime reports them for an H100 or H200 (132 SMs), under
+// `name`: for choices and pruning tested without a GPU.
+inline DeviceInfo hopper_device(const std::string& name = "Test Hopper") {
+  return DeviceInfo{.backend = "cuda",
+                    .name = name,
+                    .cc_major = 9,
+                    .cc_minor = 0,
+                    .sm_count = 132,
+                    .max_threads_per_block = 1024,
+                    .max_shared_per_block = 232448,
+                    .max_shared_per_sm = 233472,
+                    .regs_per_sm = 65536,
+                    .regs_per_block = 65536,
+                    .max_threads_per_sm = 2048,
+                    .max_blocks_per_sm = 32,
+                    .reserved_shared_per_block = 1024,
+                    .warp_size = 32};
+}
 
 // The source tree: the directory holding include/kforge/kernel.h above the binary.
 inline std::filesystem::path source_root() {

@@ -32,22 +32,7 @@ namespace {
 
 // The limits of a Hopper GPU, as the CUDA runtime reports them for an H100 SXM.
 DeviceInfo hopper() {
-  DeviceInfo d;
-  d.backend = "cuda";
-  d.name = "Test Hopper";
-  d.cc_major = 9;
-  d.cc_minor = 0;
-  d.sm_count = 132;
-  d.max_threads_per_block = 1024;
-  d.max_threads_per_sm = 2048;
-  d.max_blocks_per_sm = 32;
-  d.max_shared_per_block = 232448;
-  d.max_shared_per_sm = 233472;
-  d.reserved_shared_per_block = 1024;
-  d.regs_per_sm = 65536;
-  d.regs_per_block = 65536;
-  d.warp_size = 32;
-  return d;
+  return test::hopper_device();
 }
 
 KernelFile kernel(const std::string& header_lines) {
