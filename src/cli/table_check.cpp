@@ -21,6 +21,60 @@ std::string failure_of(const nlohmann::json& check) {
   return result.substr(0, result.find(':'));
 }
 
+// The first `require:` line that `bindings` bind and break; those that need what is not bound
+// (a device's limits, say) are left out.
+const Requirement* broken_requirement(const KernelFile& file, const Bindings& bindings) {
+  for (const Requirement& requirement : file.requirements) {
+    if (!requirement.pruning_only && requirement.expression.bound_by(bindings) &&
+        requirement.expression.evaluate(bindings) == 0) {
+      return &requirement;
+    }
+  }
+  return nullptr;
+}
+
+// check --table --compile-only: each variant (file and the tunables its rows name) compiled in
+// each of `dtypes` for `arch` (default sm_90a), no device needed, nothing recorded. Prints a line
+// per variant and returns how many were rejected by their file's rules or did not compile.
+int compile_table_variants(const std::filesystem::path& table_path,
+                           const std::vector<std::pair<const KernelFile*, ParamValues>>& variants,
+                           const std::vector<DType>& dtypes, const std::string& arch_option) {
+  const std::string arch = arch_option.empty() ? "sm_90a" : arch_option;
+  std::vector<std::pair<const KernelFile*, Variant>> work;
+  std::vector<std::string> rejected;
+  for (const auto& [file, named_params] : variants) {
+    for (const DType dtype : dtypes) {
+      if (!file->supports(dtype)) continue;
+      // Derived values that need a device's limits would fail here: none of the library's do.
+      Bindings bindings = {{"elem_bytes", static_cast<long long>(dtype_size(dtype))}};
+      const ParamValues params =
+          file->with_derived(file->resolve_params(dtype, named_params), bindings);
+      const Variant variant = Variant::make(*file, params, dtype, arch);
+      for (const auto& [param, value] : params)
+        bindings[param] = value;
+      if (const Requirement* broken = broken_requirement(*file, bindings)) {
+        rejected.push_back(fmt::format("{} (require '{}', line {})", variant.describe(),
+                                       broken->expression.text(), broken->line));
+      } else {
+        work.emplace_back(file, variant);
+      }
+    }
+  }
+  progress_line(fmt::format("compiling the {} variants of {} for {}", work.size(),
+                            table_path.string(), arch));
+  const std::vector<CompileResult> built = Compiler().compile_all(work);
+  int failed = static_cast<int>(rejected.size());
+  fmt::print("\n{} ({} variants, compiled for {}):\n", table_path.string(), variants.size(), arch);
+  for (const std::string& line : rejected)
+    fmt::print("  {:<13} {}\n", "REJECTED", line);
+  for (const CompileResult& r : built) {
+    if (!r.ok) ++failed;
+    fmt::print("  {:<13} {}\n", r.ok ? "COMPILES" : "COMPILE_ERROR", r.variant.describe());
+    if (!r.ok) fmt::print("{}\n", r.log);
+  }
+  return failed;
+}
+
 }  // namespace
 
 int check_table_variants(const std::filesystem::path& table_path, const std::vector<DType>& dtypes,
@@ -59,48 +113,10 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
     };
   };
   if (options.compile_only) {
-    std::vector<std::pair<const KernelFile*, Variant>> work;
-    std::vector<std::string> rejected;  // variants whose file's constraints now rule them out
-    const std::string arch = options.arch.empty() ? "sm_90a" : options.arch;
-    for (const auto& [name, params_json] : variants) {
-      const KernelFile& file = *file_named(name);
-      for (const DType dtype : dtypes) {
-        if (!file.supports(dtype)) continue;
-        // Derived values that need a device's limits would fail here: none of the library's do.
-        Bindings bindings = {{"elem_bytes", static_cast<long long>(dtype_size(dtype))}};
-        const ParamValues params =
-            file.with_derived(file.resolve_params(dtype, params_of(params_json)), bindings);
-        const Variant variant = Variant::make(file, params, dtype, arch);
-        for (const auto& [param, value] : params)
-          bindings[param] = value;
-        // The `require:` lines a device's limits do not enter (those are left to the device).
-        const auto broken = std::find_if(
-            file.requirements.begin(), file.requirements.end(), [&](const auto& requirement) {
-              return !requirement.pruning_only && requirement.expression.bound_by(bindings) &&
-                     requirement.expression.evaluate(bindings) == 0;
-            });
-        if (broken != file.requirements.end()) {
-          rejected.push_back(fmt::format("{} (require '{}', line {})", variant.describe(),
-                                         broken->expression.text(), broken->line));
-        } else {
-          work.emplace_back(&file, variant);
-        }
-      }
-    }
-    progress_line(fmt::format("compiling the {} variants of {} for {}", work.size(),
-                              table_path.string(), arch));
-    const std::vector<CompileResult> built = Compiler().compile_all(work);
-    int failed = static_cast<int>(rejected.size());
-    fmt::print("\n{} ({} variants, compiled for {}):\n", table_path.string(), variants.size(),
-               arch);
-    for (const std::string& line : rejected)
-      fmt::print("  {:<13} {}\n", "REJECTED", line);
-    for (const CompileResult& r : built) {
-      if (!r.ok) ++failed;
-      fmt::print("  {:<13} {}\n", r.ok ? "COMPILES" : "COMPILE_ERROR", r.variant.describe());
-      if (!r.ok) fmt::print("{}\n", r.log);
-    }
-    return failed;
+    std::vector<std::pair<const KernelFile*, ParamValues>> named;
+    for (const auto& [name, params_json] : variants)
+      named.emplace_back(&*file_named(name), params_of(params_json));
+    return compile_table_variants(table_path, named, dtypes, options.arch);
   }
 
   // What a check covers is the file's code as it was, with the project headers it includes

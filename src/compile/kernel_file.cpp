@@ -37,6 +37,17 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return parts;
 }
 
+// A header line as the parser reads it: without the block's opening (on its first line), the
+// closing "*/", the leading '*' and blank space. Empty, or a '#' comment, for a line it skips.
+std::string header_line_body(std::string_view line, bool first_line) {
+  std::string body = trim(line);
+  if (first_line) body = trim(std::string_view(body).substr(kHeaderOpening.size()));
+  if (const size_t close = body.find("*/"); close != std::string::npos)
+    body = trim(body.substr(0, close));
+  if (!body.empty() && body[0] == '*') body = trim(body.substr(1));
+  return body;
+}
+
 bool parse_integer(const std::string& text, long long* out) {
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, *out);
@@ -61,11 +72,7 @@ class HeaderParser {
     std::istringstream in(block.text);
     std::string line;
     for (int line_no = block.first_line; std::getline(in, line); ++line_no) {
-      std::string body = trim(line);
-      if (line_no == block.first_line) body = trim(body.substr(kHeaderOpening.size()));
-      if (const size_t close = body.find("*/"); close != std::string::npos)
-        body = trim(body.substr(0, close));
-      if (!body.empty() && body[0] == '*') body = trim(body.substr(1));
+      const std::string body = header_line_body(line, line_no == block.first_line);
       if (!body.empty() && body[0] != '#') parse_line(body, line_no);
     }
     check_complete();
@@ -294,6 +301,25 @@ HeaderBlock find_header_block(const std::string& text) {
     }
   }
   return block;
+}
+
+std::string header_for_hash(const std::string& header) {
+  std::string kept;
+  size_t begin = 0;
+  for (bool first = true; begin < header.size(); first = false) {
+    const size_t newline = header.find('\n', begin);
+    const size_t end = newline == std::string::npos ? header.size() : newline + 1;
+    const std::string_view line = std::string_view(header).substr(begin, end - begin);
+    begin = end;
+    const std::string body = header_line_body(line, first);
+    const size_t colon = body.find(':');
+    if (!body.starts_with('#') && colon != std::string::npos &&
+        trim(std::string_view(body).substr(0, colon)) == "busy") {
+      continue;
+    }
+    kept += line;
+  }
+  return kept;
 }
 
 KernelFile KernelFile::parse(const std::string& text, const std::filesystem::path& path) {

@@ -93,6 +93,10 @@ struct HeaderBlock {
   bool closed = false;
 };
 HeaderBlock find_header_block(const std::string& text);
+// A header block's text without its `busy:` lines, read as the parser reads its keys: they only
+// guide the library's choice between variants that are checked already (KernelFile::busy), so
+// they do not count in what a check covers (kernel_text_hash).
+std::string header_for_hash(const std::string& header);
 
 // Parses "NAME=VALUE" as given on the command line.
 std::pair<std::string, long long> parse_param_assignment(const std::string& text);

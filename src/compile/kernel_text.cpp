@@ -289,28 +289,6 @@ std::string kernel_code_for_hash(const std::string& text) {
   return code;
 }
 
-std::string header_for_hash(const std::string& header) {
-  std::string kept;
-  size_t begin = 0;
-  while (begin < header.size()) {
-    const size_t newline = header.find('\n', begin);
-    const size_t end = newline == std::string::npos ? header.size() : newline + 1;
-    const std::string_view line = std::string_view(header).substr(begin, end - begin);
-    begin = end;
-    // The key as the header parser reads it: after the leading '*', up to the colon.
-    std::string_view body = line.substr(std::min(line.find_first_not_of(" \t"), line.size()));
-    if (body.starts_with('*')) body.remove_prefix(1);
-    body.remove_prefix(std::min(body.find_first_not_of(" \t"), body.size()));
-    if (body.starts_with("busy")) {
-      const std::string_view rest = body.substr(4);
-      if (rest.substr(std::min(rest.find_first_not_of(" \t"), rest.size())).starts_with(':'))
-        continue;
-    }
-    kept += line;
-  }
-  return kept;
-}
-
 std::string kernel_text_hash(const std::string& source, const fs::path& path) {
   Hasher h;
   h.add("kernel-text-v2")

@@ -49,11 +49,6 @@ std::string code_without_comments(const std::string& text);
 // would move, or pastes tokens (##), which could spell __LINE__.
 std::string kernel_code_for_hash(const std::string& text);
 
-// A header block without its `busy:` lines: they only guide the library's choice between
-// variants that are checked already (KernelFile::busy), so they do not count in what a check
-// covers.
-std::string header_for_hash(const std::string& header);
-
 // The hash of a kernel file's code: its kforge header block as written (the parameters, rules and
 // launch shape it declares, comment lines and all; header_for_hash), its code
 // (kernel_code_for_hash), and each included project header's name and code. An edit to a

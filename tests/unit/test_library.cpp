@@ -334,6 +334,29 @@ TEST_F(LibraryChoiceTest, BusyLinesScaleEachRowsTimeToTheSize) {
   EXPECT_FALSE(d.predicted_us);
 }
 
+// Over the library's own files: the hash reads every header line but a `busy:` one, so a file
+// without the line hashes as it did before the line existed.
+TEST(KernelTextHash, ReadsEveryHeaderLineButBusy) {
+  int with_busy = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(library_kernels_dir())) {
+    const std::string ext = entry.path().extension().string();
+    if (ext != ".cu" && ext != ".cpp") continue;
+    const std::string header = find_header_block(read_text(entry.path())).text;
+    const std::string hashed = header_for_hash(header);
+    const auto lines = [](const std::string& text) {
+      return std::count(text.begin(), text.end(), '\n');
+    };
+    if (header.find(" * busy:") == std::string::npos) {
+      EXPECT_EQ(hashed, header) << entry.path();
+    } else {
+      ++with_busy;
+      EXPECT_EQ(lines(hashed), lines(header) - 1) << entry.path();
+      EXPECT_EQ(hashed.find("busy:"), std::string::npos) << entry.path();
+    }
+  }
+  EXPECT_GE(with_busy, 1);  // matmul_wgmma.cu
+}
+
 // matmul_wgmma.cu's busy: line on the H200's table as shipped: N 2048 with K 8960 has no row.
 // Its nearest row (4096x1536x8960) holds a 256 x 192 tile, which leaves a third of the 11th
 // tile along N empty and fills 1.33 waves; the 128 x 256 rows fill two whole waves.
