@@ -32,6 +32,8 @@
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * cluster: max(CLUSTER_M, DOWN_CLUSTER_M)
+ * busy: ceil_div(ceil_div(batch, TILE_M)*ceil_div(hidden, TILE_N), sm_count)*TILE_M*2*TILE_N*dim
+ * busy: ceil_div(ceil_div(batch, 128)*ceil_div(dim, DOWN_TILE_N), sm_count)*128*DOWN_TILE_N*hidden
  * # wgmma and the TMA: Hopper (sm_90a) alone
  * require: cc == 90
  * uses: cutlass
@@ -64,6 +66,11 @@
 // elements. Both weight operands are K-major ([out, in], as nn.Linear stores them), the layout
 // wgmma reads best. TMA needs 16-byte aligned bases and rows (dim % 8 == 0, hidden % 8 == 0);
 // other shapes take a plain path (one thread per output, fp32 sums; correct, slow).
+//
+// The header's two busy: lines add up to the multiply-adds of the SM with the most tiles, kernel
+// by kernel (tiles in waves of one per SM): gate-up's TILE_M x TILE_N tiles of h, each a GEMM 2
+// TILE_N wide (gate and up), then down's 128 x DOWN_TILE_N tiles of y. The library scales a table
+// row's time by them to a size without a row of its own.
 //
 // Tunables:
 //   TILE_M            rows of h per gate-up block: 128 (each consumer warp group one 64-row

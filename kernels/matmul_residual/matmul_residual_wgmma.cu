@@ -40,6 +40,7 @@
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * cluster: CLUSTER_M * CLUSTER_N
+ * busy: ceil_div(ceil_div(M, TILE_M) * ceil_div(N, TILE_N), sm_count) * TILE_M * TILE_N * K
  * uses: cutlass
  */
 // Hopper tensor-core GEMM with a fused residual add on CUTLASS 3 / CuTe: C[M, N] = A[M, K] @
@@ -63,6 +64,9 @@
 // too. Any other shape (and K == 0, which CUTLASS's mainloop does not handle) takes the plain
 // path of kforge/gemm_epilogue.cuh: a bounds-checked shared-memory tiled FFMA kernel that adds R
 // before its one rounding. M needs nothing: TMA clips rows past M on load and store.
+//
+// The header's busy: line is matmul_wgmma.cu's: the multiply-adds of the SM with the most
+// tiles, for the library's choice of a row at a size without one of its own.
 //
 // The kernel's host setup (cudaFuncSetAttribute, the clusters-per-device query) happens on a
 // device's first call; later calls only encode the TMA descriptors and launch, so they can be

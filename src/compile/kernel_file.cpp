@@ -127,7 +127,7 @@ class HeaderParser {
     } else if (key == "cluster") {
       set_once(file_.cluster_blocks, key, value, line);
     } else if (key == "busy") {
-      set_once(file_.busy, key, value, line);
+      file_.busy.push_back(make_expression(value, line));
     } else if (key == "min_occupancy") {
       long long percent = 0;
       if (!parse_integer(value, &percent) || percent < 1 || percent > 100) {

@@ -65,8 +65,9 @@ struct KernelFile {
   // sizes, tunables, derived values and the device's limits bound): a variant's time is taken
   // to scale with it from one problem to another. The library uses it to choose, for a size
   // without a table row, the row whose variant is predicted fastest there (library.h). It
-  // changes nothing that is compiled or checked, so it does not count in text_hash.
-  std::optional<Expression> busy;
+  // changes nothing that is compiled or checked, so it does not count in text_hash. A file
+  // whose call runs kernels one after another may give one line per kernel: they add up.
+  std::vector<Expression> busy;
   std::vector<std::string> libraries;  // header libraries it includes (`uses:`): "cutlass"
 
   // Reads and parses a file; throws UsageError if unreadable, ParseError if malformed.

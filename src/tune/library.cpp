@@ -203,6 +203,11 @@ nlohmann::json LibraryChoice::to_json() const {
   if (!tuned_shape.empty()) j["tuned_shape"] = tuned_shape;
   if (tuned_median_us) j["tuned_median_us"] = *tuned_median_us;
   if (predicted_us) j["predicted_us"] = *predicted_us;
+  for (const WeighedRow& w : weighed) {
+    j["weighed"].push_back({{"tuned_shape", w.tuned_shape},
+                            {"tuned_median_us", w.tuned_median_us},
+                            {"predicted_us", w.predicted_us}});
+  }
   if (!table.empty()) j["table"] = table.string();
   if (borrowed_from) j["table_dtype"] = dtype_name(*borrowed_from);
   if (!adopted_from.empty()) j["adopted_from"] = adopted_from;
@@ -363,14 +368,18 @@ bool defaults_run_on(const KernelFile& file, DType dtype, const DeviceInfo& devi
 // `sizes`; nothing when the file has no such line or it does not evaluate to a positive number.
 std::optional<double> busy_at(const KernelFile& file, const ParamValues& params, const Sizes& sizes,
                               DType dtype, const DeviceInfo& device) {
-  if (!file.busy) return std::nullopt;
+  if (file.busy.empty()) return std::nullopt;
   Bindings bindings = problem_bindings(device, dtype, &sizes);
   for (const auto& [name, value] : file.with_derived(file.resolve_params(dtype, params), bindings))
     bindings[name] = value;
-  if (!file.busy->bound_by(bindings)) return std::nullopt;
-  const long long busy = file.busy->evaluate(bindings);
-  if (busy <= 0) return std::nullopt;
-  return static_cast<double>(busy);
+  double busy = 0;
+  for (const Expression& kernel_busy : file.busy) {
+    if (!kernel_busy.bound_by(bindings)) return std::nullopt;
+    const long long value = kernel_busy.evaluate(bindings);
+    if (value <= 0) return std::nullopt;
+    busy += static_cast<double>(value);
+  }
+  return busy;
 }
 
 }  // namespace
@@ -476,7 +485,13 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
     choice.tuned_shape = row.value("shape", std::string());
     choice.adopted_from = row.value("adopted_from", std::string());
     if (row.contains("time_us")) choice.tuned_median_us = row.at("time_us").get<double>();
-    if (chosen->predicted_us && candidates.size() > 1) choice.predicted_us = chosen->predicted_us;
+    if (chosen->predicted_us && candidates.size() > 1) {
+      choice.predicted_us = chosen->predicted_us;
+      for (const Candidate& c : candidates) {
+        choice.weighed.push_back({c.row->value("shape", std::string()),
+                                  c.row->at("time_us").get<double>(), *c.predicted_us});
+      }
+    }
     return choice;
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not a tuned table: {}", table_path.string(), e.what()));

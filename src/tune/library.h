@@ -134,6 +134,13 @@ struct LibraryChoice {
   // For a size without a row: the row's time scaled to this size by its file's busy: line, when
   // that prediction chose the row among several (library_choice).
   std::optional<double> predicted_us;
+  // Every row weighed by that prediction, nearest first: what each was predicted to take here.
+  struct WeighedRow {
+    std::string tuned_shape;
+    double tuned_median_us = 0;
+    double predicted_us = 0;
+  };
+  std::vector<WeighedRow> weighed;
   std::filesystem::path table;         // the table consulted, if any
   std::optional<DType> borrowed_from;  // the table's dtype, when it is not the problem's
   std::string adopted_from;            // the device whose table's rows this device's table adopted

@@ -320,10 +320,23 @@ TEST_F(LibraryChoiceTest, BusyLinesScaleEachRowsTimeToTheSize) {
             "tuned at 1024x1024 (of the tuned sizes, the one predicted fastest here: 16.0 us by "
             "its file's busy: line)");
   EXPECT_DOUBLE_EQ(c.to_json().at("predicted_us").get<double>(), 16.0);
+  // Every row it weighed, nearest first, with its prediction.
+  ASSERT_EQ(c.weighed.size(), 2u);
+  EXPECT_EQ(c.weighed[0].tuned_shape, "4096x4096");
+  EXPECT_DOUBLE_EQ(c.weighed[0].predicted_us, 60.25);
+  EXPECT_EQ(c.weighed[1].tuned_shape, "1024x1024");
+  EXPECT_DOUBLE_EQ(c.to_json().at("weighed").at(1).at("predicted_us").get<double>(), 16.0);
   // A row of the size itself is taken as it is.
   const LibraryChoice exact = choose(mn(4096, 4096));
   EXPECT_EQ(exact.source, LibraryChoice::Source::exact_size);
   EXPECT_FALSE(exact.predicted_us);
+
+  // A file's busy: lines add up (kernels run one after another): with a second line of
+  // 1048576, 1024x1024's 2 us scale by (2048 * 4096 + 1048576) / (1024 * 1024 + 1048576).
+  std::string two_lines = read_text(kernel("rmsnorm_chunked_cpu.cpp"));
+  two_lines.insert(two_lines.find(busy_line), " * busy: 1048576\n");
+  write_text(kernel("rmsnorm_chunked_cpu.cpp"), two_lines);
+  EXPECT_DOUBLE_EQ(choose(mn(2048, 4096)).predicted_us.value_or(-1), 9.0);
 
   // Without the line in one file there is no common scale: the nearest row.
   std::string without = read_text(kernel("rmsnorm_cpu.cpp"));
@@ -346,15 +359,20 @@ TEST(KernelTextHash, ReadsEveryHeaderLineButBusy) {
     const auto lines = [](const std::string& text) {
       return std::count(text.begin(), text.end(), '\n');
     };
-    if (header.find(" * busy:") == std::string::npos) {
+    int busy_lines = 0;
+    for (size_t at = header.find(" * busy:"); at != std::string::npos;
+         at = header.find(" * busy:", at + 1))
+      ++busy_lines;
+    if (busy_lines == 0) {
       EXPECT_EQ(hashed, header) << entry.path();
     } else {
       ++with_busy;
-      EXPECT_EQ(lines(hashed), lines(header) - 1) << entry.path();
+      EXPECT_EQ(lines(hashed), lines(header) - busy_lines) << entry.path();
       EXPECT_EQ(hashed.find("busy:"), std::string::npos) << entry.path();
     }
   }
-  EXPECT_GE(with_busy, 1);  // matmul_wgmma.cu
+  // The tensor-core GEMM files: matmul, matmul_bias, matmul_residual, fused_mlp.
+  EXPECT_GE(with_busy, 4);
 }
 
 // matmul_wgmma.cu's busy: line on the H200's table as shipped: N 2048 with K 8960 has no row.
@@ -370,6 +388,29 @@ TEST(LibraryChoiceBusy, AMatmulSizeWithoutARowRunsTheRowPredictedFastestThere) {
   EXPECT_NE(c.tuned_shape, "4096x1536x8960") << c.describe();
   EXPECT_EQ(c.params.at("TILE_M"), 128) << c.describe();
   EXPECT_EQ(c.params.at("TILE_N"), 256) << c.describe();
+}
+
+// The other tensor-core GEMM files' busy: lines bind on their H200 tables as shipped, so every row
+// is weighed at a size without one: fused_mlp's two lines (gate-up, then down) at Llama-3-8B's
+// MLP, matmul_bias's at Qwen2-7B's q projection over 8192 tokens. Each row's prediction grows
+// with the work (both are larger than every row).
+TEST(LibraryChoiceBusy, TheFusedMlpAndBiasGemmTablesWeighEveryRow) {
+  const DeviceInfo h200 = test::hopper_device("NVIDIA H200");
+  const std::pair<const char*, Sizes> problems[] = {
+      {"fused_mlp", {{"batch", 4096}, {"dim", 4096}, {"hidden", 14336}}},
+      {"matmul_bias", {{"M", 8192}, {"N", 3584}, {"K", 3584}}}};
+  for (const auto& [op, sizes] : problems) {
+    const LibraryChoice c = library_choice(*find_op(op), sizes, DType::bf16, h200);
+    ASSERT_EQ(c.source, LibraryChoice::Source::nearest_size) << op << ": " << c.describe();
+    ASSERT_TRUE(c.predicted_us) << op << ": " << c.describe();
+    const nlohmann::json table = read_tuned_table(c.table);
+    EXPECT_EQ(c.weighed.size(), table.at("sizes").size()) << op;
+    for (const LibraryChoice::WeighedRow& w : c.weighed) {
+      EXPECT_GT(w.predicted_us, w.tuned_median_us) << op << " row " << w.tuned_shape;
+      EXPECT_LE(*c.predicted_us, w.predicted_us) << op << " row " << w.tuned_shape;
+    }
+    EXPECT_TRUE(c.checked_in_present_text) << op << ": " << c.describe();
+  }
 }
 
 TEST(SizeDistance, FlagsThatAgreeCostNothingAndFlagsThatDifferOutweighDimensions) {
