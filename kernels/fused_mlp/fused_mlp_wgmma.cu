@@ -33,7 +33,13 @@
  * shared_bytes: SMEM_BYTES
  * cluster: max(CLUSTER_M, DOWN_CLUSTER_M)
  * busy: ceil_div(ceil_div(batch, TILE_M)*ceil_div(hidden, TILE_N), sm_count)*TILE_M*2*TILE_N*dim
- * busy: ceil_div(ceil_div(batch, 128)*ceil_div(dim, DOWN_TILE_N), sm_count)*128*DOWN_TILE_N*hidden
+ * let: DOWN_TILES_M = ceil_div(batch, 128)
+ * let: DOWN_TILES_N = ceil_div(dim, DOWN_TILE_N)
+ * let: SIDE = min(ceil_div(DOWN_TILES_M, DOWN_CLUSTER_M) * DOWN_CLUSTER_M, DOWN_TILES_N)
+ * let: BAND = min(DOWN_SWIZZLE, SIDE >= 6 ? 8 : (SIDE >= 3 ? 4 : (SIDE >= 2 ? 2 : 1)))
+ * let: DOWN_SLOTS_M = ceil_div(DOWN_TILES_M, BAND * DOWN_CLUSTER_M) * BAND * DOWN_CLUSTER_M
+ * let: DOWN_SLOTS_N = ceil_div(DOWN_TILES_N, BAND) * BAND
+ * busy: ceil_div(DOWN_SLOTS_M * DOWN_SLOTS_N, sm_count) * 128 * DOWN_TILE_N * hidden
  * # wgmma and the TMA: Hopper (sm_90a) alone
  * require: cc == 90
  * uses: cutlass
@@ -69,8 +75,10 @@
 //
 // The header's two busy: lines add up to the multiply-adds of the SM with the most tiles, kernel
 // by kernel (tiles in waves of one per SM): gate-up's TILE_M x TILE_N tiles of h, each a GEMM 2
-// TILE_N wide (gate and up), then down's 128 x DOWN_TILE_N tiles of y. The library scales a table
-// row's time by them to a size without a row of its own.
+// TILE_N wide (gate and up), then down's 128 x DOWN_TILE_N tiles of y, counted in the slots of
+// CUTLASS's scheduler (whole bands of DOWN_SWIZZLE clusters, as in matmul_wgmma.cu: at batch 1024
+// the H200's DOWN_SWIZZLE 8 rows took 518 us against 390 for DOWN_SWIZZLE 1, the same tiles
+// otherwise). The library scales a table row's time by them to a size without a row of its own.
 //
 // Tunables:
 //   TILE_M            rows of h per gate-up block: 128 (each consumer warp group one 64-row

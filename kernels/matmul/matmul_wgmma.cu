@@ -53,7 +53,15 @@
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * cluster: CLUSTER_M * CLUSTER_N
- * busy: ceil_div(ceil_div(M, TILE_M) * ceil_div(N, TILE_N), sm_count) * TILE_M * TILE_N * K
+ * let: TILES_M = ceil_div(M, TILE_M)
+ * let: TILES_N = ceil_div(N, TILE_N)
+ * let: CLUSTERED_M = ceil_div(TILES_M, CLUSTER_M) * CLUSTER_M
+ * let: CLUSTERED_N = ceil_div(TILES_N, CLUSTER_N) * CLUSTER_N
+ * let: SIDE = min(CLUSTERED_M, CLUSTERED_N)
+ * let: BAND = min(SWIZZLE, SIDE >= 6 ? 8 : (SIDE >= 3 ? 4 : (SIDE >= 2 ? 2 : 1)))
+ * let: SLOTS_M = ceil_div(TILES_M, BAND * CLUSTER_M) * BAND * CLUSTER_M
+ * let: SLOTS_N = ceil_div(TILES_N, BAND * CLUSTER_N) * BAND * CLUSTER_N
+ * busy: ceil_div(SLOTS_M * SLOTS_N, sm_count) * TILE_M * TILE_N * K
  * # wgmma and the TMA: Hopper (sm_90a) alone
  * require: cc == 90
  * uses: cutlass
@@ -107,6 +115,12 @@
 // table row's time by it to a size that has no row of its own: a row tuned where its tile
 // divides the shape well can leave a third of another shape's last tile and wave empty (Llama's
 // down projection, N 2048, in 192-wide tiles: 0.70x cuBLAS, against 0.98x in 256-wide ones).
+// It counts the scheduler's slots, not the tiles (the let: lines): CUTLASS's persistent
+// scheduler rounds its grid of tiles up to whole bands of BAND clusters along both axes (BAND
+// is SWIZZLE, narrowed where the shorter side has fewer than 6, 3 or 2 tiles), and a block
+// that draws a slot past the problem still runs its K loop, on the TMA's zero fill. At
+// 4096x11008x4096 (43 tiles along N, 48 slots) the 4096^3 row's SWIZZLE 8 took 574 us on an
+// H200, against 488 for the same tile with SWIZZLE 1 (bench/results/2026-11-30-H200-row-choice).
 //
 // The kernel's host setup (cudaFuncSetAttribute, the clusters-per-device query) happens on a
 // device's first call; later calls only encode the TMA descriptors and launch, so they can be

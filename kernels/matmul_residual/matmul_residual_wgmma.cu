@@ -40,7 +40,15 @@
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * cluster: CLUSTER_M * CLUSTER_N
- * busy: ceil_div(ceil_div(M, TILE_M) * ceil_div(N, TILE_N), sm_count) * TILE_M * TILE_N * K
+ * let: TILES_M = ceil_div(M, TILE_M)
+ * let: TILES_N = ceil_div(N, TILE_N)
+ * let: CLUSTERED_M = ceil_div(TILES_M, CLUSTER_M) * CLUSTER_M
+ * let: CLUSTERED_N = ceil_div(TILES_N, CLUSTER_N) * CLUSTER_N
+ * let: SIDE = min(CLUSTERED_M, CLUSTERED_N)
+ * let: BAND = min(SWIZZLE, SIDE >= 6 ? 8 : (SIDE >= 3 ? 4 : (SIDE >= 2 ? 2 : 1)))
+ * let: SLOTS_M = ceil_div(TILES_M, BAND * CLUSTER_M) * BAND * CLUSTER_M
+ * let: SLOTS_N = ceil_div(TILES_N, BAND * CLUSTER_N) * BAND * CLUSTER_N
+ * busy: ceil_div(SLOTS_M * SLOTS_N, sm_count) * TILE_M * TILE_N * K
  * uses: cutlass
  */
 // Hopper tensor-core GEMM with a fused residual add on CUTLASS 3 / CuTe: C[M, N] = A[M, K] @
@@ -65,8 +73,8 @@
 // path of kforge/gemm_epilogue.cuh: a bounds-checked shared-memory tiled FFMA kernel that adds R
 // before its one rounding. M needs nothing: TMA clips rows past M on load and store.
 //
-// The header's busy: line is matmul_wgmma.cu's: the multiply-adds of the SM with the most
-// tiles, for the library's choice of a row at a size without one of its own.
+// The header's busy: and let: lines are matmul_wgmma.cu's: the multiply-adds of the SM with the
+// most of the scheduler's slots, for the library's choice of a row at a size without one.
 //
 // The kernel's host setup (cudaFuncSetAttribute, the clusters-per-device query) happens on a
 // device's first call; later calls only encode the TMA descriptors and launch, so they can be

@@ -128,6 +128,12 @@ class HeaderParser {
       set_once(file_.cluster_blocks, key, value, line);
     } else if (key == "busy") {
       file_.busy.push_back(make_expression(value, line));
+    } else if (key == "let") {
+      const auto eq = value.find('=');
+      if (eq == std::string::npos) fail(line, "let: expected 'NAME = EXPRESSION'");
+      const std::string name = trim(value.substr(0, eq));
+      check_new_name(name, line);
+      file_.busy_lets.push_back({name, make_expression(value.substr(eq + 1), line), line});
     } else if (key == "min_occupancy") {
       long long percent = 0;
       if (!parse_integer(value, &percent) || percent < 1 || percent > 100) {
@@ -144,7 +150,8 @@ class HeaderParser {
       }
     } else {
       fail(line, fmt::format("unknown key '{}' (expected op, backend, dtypes, param, derive, "
-                             "require, shared_bytes, threads, cluster, min_occupancy, uses)",
+                             "require, prune, shared_bytes, threads, cluster, busy, let, "
+                             "min_occupancy, uses)",
                              key));
     }
   }
@@ -226,9 +233,11 @@ class HeaderParser {
       if (p.name == name)
         fail(line, fmt::format("'{}' is already declared on line {}", name, p.line));
     }
-    for (const auto& d : file_.derived) {
-      if (d.name == name)
-        fail(line, fmt::format("'{}' is already declared on line {}", name, d.line));
+    for (const auto* values : {&file_.derived, &file_.busy_lets}) {
+      for (const auto& d : *values) {
+        if (d.name == name)
+          fail(line, fmt::format("'{}' is already declared on line {}", name, d.line));
+      }
     }
   }
 
@@ -313,9 +322,9 @@ std::string header_for_hash(const std::string& header) {
     begin = end;
     const std::string body = header_line_body(line, first);
     const size_t colon = body.find(':');
-    if (!body.starts_with('#') && colon != std::string::npos &&
-        trim(std::string_view(body).substr(0, colon)) == "busy") {
-      continue;
+    if (!body.starts_with('#') && colon != std::string::npos) {
+      const std::string key = trim(std::string_view(body).substr(0, colon));
+      if (key == "busy" || key == "let") continue;
     }
     kept += line;
   }

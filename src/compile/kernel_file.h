@@ -68,6 +68,10 @@ struct KernelFile {
   // changes nothing that is compiled or checked, so it does not count in text_hash. A file
   // whose call runs kernels one after another may give one line per kernel: they add up.
   std::vector<Expression> busy;
+  // `let: NAME = EXPRESSION`: a named value for the busy: lines alone, in order. Unlike a
+  // derive, it may use the problem's sizes, since it never reaches the compiler; like busy:, it
+  // does not count in text_hash.
+  std::vector<DerivedValue> busy_lets;
   std::vector<std::string> libraries;  // header libraries it includes (`uses:`): "cutlass"
 
   // Reads and parses a file; throws UsageError if unreadable, ParseError if malformed.
@@ -94,9 +98,9 @@ struct HeaderBlock {
   bool closed = false;
 };
 HeaderBlock find_header_block(const std::string& text);
-// A header block's text without its `busy:` lines, read as the parser reads its keys: they only
-// guide the library's choice between variants that are checked already (KernelFile::busy), so
-// they do not count in what a check covers (kernel_text_hash).
+// A header block's text without its `busy:` and `let:` lines, read as the parser reads its keys:
+// they only guide the library's choice between variants that are checked already
+// (KernelFile::busy), so they do not count in what a check covers (kernel_text_hash).
 std::string header_for_hash(const std::string& header);
 
 // Parses "NAME=VALUE" as given on the command line.

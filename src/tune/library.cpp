@@ -372,6 +372,10 @@ std::optional<double> busy_at(const KernelFile& file, const ParamValues& params,
   Bindings bindings = problem_bindings(device, dtype, &sizes);
   for (const auto& [name, value] : file.with_derived(file.resolve_params(dtype, params), bindings))
     bindings[name] = value;
+  for (const DerivedValue& let : file.busy_lets) {
+    if (!let.expression.bound_by(bindings)) return std::nullopt;
+    bindings[let.name] = let.expression.evaluate(bindings);
+  }
   double busy = 0;
   for (const Expression& kernel_busy : file.busy) {
     if (!kernel_busy.bound_by(bindings)) return std::nullopt;

@@ -231,7 +231,11 @@ TEST(KernelFile, ErrorsNameTheLine) {
             "k.cpp:2: expected 'key: value', got 'colour blue'");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", " * flavour: mint\n"),
             "k.cpp:2: unknown key 'flavour' (expected op, backend, dtypes, param, derive, require, "
-            "shared_bytes, threads, cluster, min_occupancy, uses)");
+            "prune, shared_bytes, threads, cluster, busy, let, min_occupancy, uses)");
+  EXPECT_EQ(error_after(" */\n", " * let: WARPS = 2\n */\n"),
+            "k.cpp:11: 'WARPS' is already declared on line 7");
+  EXPECT_EQ(error_after(" */\n", " * let: SLOTS 2\n */\n"),
+            "k.cpp:11: let: expected 'NAME = EXPRESSION'");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", " * op: rmsnorm\n * uses: thrust\n"),
             "k.cpp:3: uses: 'thrust' is not a library kforge provides (cutlass)");
   EXPECT_EQ(error_after(" * op: rmsnorm\n", " * op: rmsnorm\n * uses: cutlass\n"),
@@ -321,6 +325,22 @@ TEST(KernelFile, LaunchShapeDeclarations) {
   EXPECT_EQ(f.cluster_blocks->evaluate({}), 2);
   EXPECT_EQ(f.min_occupancy_percent, 25);
   EXPECT_FALSE(KernelFile::parse(kValid, "k.cpp").block_threads);
+}
+
+// busy: lines (they add up) and the let: values they read, which may use the problem's sizes;
+// neither counts in the code hash.
+TEST(KernelFile, BusyLinesAndTheirLetValues) {
+  std::string text = kValid;
+  text.replace(
+      text.find(" */"), 3,
+      " * let: BLOCKS = (M + BLOCK - 1) / BLOCK\n * busy: BLOCKS * N\n * busy: WARPS\n */");
+  const KernelFile f = KernelFile::parse(text, "k.cpp");
+  ASSERT_EQ(f.busy_lets.size(), 1u);
+  EXPECT_EQ(f.busy_lets[0].name, "BLOCKS");
+  EXPECT_EQ(f.busy_lets[0].expression.evaluate({{"M", 1000}, {"BLOCK", 256}}), 4);
+  ASSERT_EQ(f.busy.size(), 2u);
+  EXPECT_EQ(f.busy[0].evaluate({{"BLOCKS", 4}, {"N", 10}}), 40);
+  EXPECT_EQ(f.text_hash, KernelFile::parse(kValid, "k.cpp").text_hash);
 }
 
 }  // namespace
