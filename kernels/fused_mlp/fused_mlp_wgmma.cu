@@ -32,11 +32,13 @@
  * threads: 384
  * shared_bytes: SMEM_BYTES
  * cluster: max(CLUSTER_M, DOWN_CLUSTER_M)
- * busy: ceil_div(ceil_div(batch, TILE_M)*ceil_div(hidden, TILE_N), sm_count)*TILE_M*2*TILE_N*dim
+ * let: GATE_UP_BLOCKS_M = ceil_div(ceil_div(batch, TILE_M), CLUSTER_M) * CLUSTER_M
+ * busy: ceil_div(GATE_UP_BLOCKS_M * ceil_div(hidden, TILE_N), sm_count) * TILE_M * 2 * TILE_N * dim
  * let: DOWN_TILES_M = ceil_div(batch, 128)
  * let: DOWN_TILES_N = ceil_div(dim, DOWN_TILE_N)
- * let: SIDE = min(ceil_div(DOWN_TILES_M, DOWN_CLUSTER_M) * DOWN_CLUSTER_M, DOWN_TILES_N)
- * let: BAND = min(DOWN_SWIZZLE, SIDE >= 6 ? 8 : (SIDE >= 3 ? 4 : (SIDE >= 2 ? 2 : 1)))
+ * let: SHORT_SIDE = min(ceil_div(DOWN_TILES_M, DOWN_CLUSTER_M) * DOWN_CLUSTER_M, DOWN_TILES_N)
+ * let: WIDEST_BAND = SHORT_SIDE >= 6 ? 8 : (SHORT_SIDE >= 3 ? 4 : (SHORT_SIDE >= 2 ? 2 : 1))
+ * let: BAND = min(DOWN_SWIZZLE, WIDEST_BAND)
  * let: DOWN_SLOTS_M = ceil_div(DOWN_TILES_M, BAND * DOWN_CLUSTER_M) * BAND * DOWN_CLUSTER_M
  * let: DOWN_SLOTS_N = ceil_div(DOWN_TILES_N, BAND) * BAND
  * busy: ceil_div(DOWN_SLOTS_M * DOWN_SLOTS_N, sm_count) * 128 * DOWN_TILE_N * hidden
@@ -73,12 +75,13 @@
 // wgmma reads best. TMA needs 16-byte aligned bases and rows (dim % 8 == 0, hidden % 8 == 0);
 // other shapes take a plain path (one thread per output, fp32 sums; correct, slow).
 //
-// The header's two busy: lines add up to the multiply-adds of the SM with the most tiles, kernel
-// by kernel (tiles in waves of one per SM): gate-up's TILE_M x TILE_N tiles of h, each a GEMM 2
-// TILE_N wide (gate and up), then down's 128 x DOWN_TILE_N tiles of y, counted in the slots of
-// CUTLASS's scheduler (whole bands of DOWN_SWIZZLE clusters, as in matmul_wgmma.cu: at batch 1024
-// the H200's DOWN_SWIZZLE 8 rows took 518 us against 390 for DOWN_SWIZZLE 1, the same tiles
-// otherwise). The library scales a table row's time by them to a size without a row of its own.
+// The header's two busy: lines add up to the multiply-adds of the SM with the most work, kernel
+// by kernel, in waves of one block per SM: gate-up's TILE_M x TILE_N tiles of h, each a GEMM 2
+// TILE_N wide (gate and up), over whole clusters along M (a block past the last row still runs
+// its K loop); then down's 128 x DOWN_TILE_N tiles of y, counted in the slots of CUTLASS's
+// scheduler (whole bands of DOWN_SWIZZLE clusters, as in matmul_wgmma.cu: at batch 1024 an
+// H200 row with DOWN_SWIZZLE 8 took 518 us against 390 for the row that differs from it only in
+// DOWN_SWIZZLE 1). The library scales a table row's time by them to a size without a row.
 //
 // Tunables:
 //   TILE_M            rows of h per gate-up block: 128 (each consumer warp group one 64-row

@@ -57,8 +57,9 @@
  * let: TILES_N = ceil_div(N, TILE_N)
  * let: CLUSTERED_M = ceil_div(TILES_M, CLUSTER_M) * CLUSTER_M
  * let: CLUSTERED_N = ceil_div(TILES_N, CLUSTER_N) * CLUSTER_N
- * let: SIDE = min(CLUSTERED_M, CLUSTERED_N)
- * let: BAND = min(SWIZZLE, SIDE >= 6 ? 8 : (SIDE >= 3 ? 4 : (SIDE >= 2 ? 2 : 1)))
+ * let: SHORT_SIDE = min(CLUSTERED_M, CLUSTERED_N)
+ * let: WIDEST_BAND = SHORT_SIDE >= 6 ? 8 : (SHORT_SIDE >= 3 ? 4 : (SHORT_SIDE >= 2 ? 2 : 1))
+ * let: BAND = min(SWIZZLE, WIDEST_BAND)
  * let: SLOTS_M = ceil_div(TILES_M, BAND * CLUSTER_M) * BAND * CLUSTER_M
  * let: SLOTS_N = ceil_div(TILES_N, BAND * CLUSTER_N) * BAND * CLUSTER_N
  * busy: ceil_div(SLOTS_M * SLOTS_N, sm_count) * TILE_M * TILE_N * K
@@ -110,17 +111,17 @@
 // size, not fast: about as fast as matmul_tiled.cu at best), or a memset of C when K == 0.
 // M needs nothing: TMA clips rows past M on load and store.
 //
-// The header's busy: line is the multiply-adds of the SM with the most tiles: whole tiles (the
-// last ones along M and N count in full) in waves of one tile per SM. The library scales a
-// table row's time by it to a size that has no row of its own: a row tuned where its tile
-// divides the shape well can leave a third of another shape's last tile and wave empty (Llama's
-// down projection, N 2048, in 192-wide tiles: 0.70x cuBLAS, against 0.98x in 256-wide ones).
-// It counts the scheduler's slots, not the tiles (the let: lines): CUTLASS's persistent
-// scheduler rounds its grid of tiles up to whole bands of BAND clusters along both axes (BAND
-// is SWIZZLE, narrowed where the shorter side has fewer than 6, 3 or 2 tiles), and a block
-// that draws a slot past the problem still runs its K loop, on the TMA's zero fill. At
-// 4096x11008x4096 (43 tiles along N, 48 slots) the 4096^3 row's SWIZZLE 8 took 574 us on an
-// H200, against 488 for the same tile with SWIZZLE 1 (bench/results/2026-11-30-H200-row-choice).
+// The header's busy: line is the multiply-adds of the SM with the most work: the slots of
+// CUTLASS's persistent scheduler, in waves of one per SM, each a whole tile of K steps (the
+// let: lines count them). The scheduler rounds its grid of tiles up to whole bands of BAND
+// clusters along both axes (BAND is SWIZZLE, narrowed where the shorter side has fewer than 6,
+// 3 or 2 tiles), and a block that draws a slot past the problem still runs its K loop, on the
+// TMA's zero fill. The library scales a table row's time by the line to a size that has no row
+// of its own. A row tuned where its tile divides the shape well can leave a third of another
+// shape's last tile and wave empty (Llama's down projection, N 2048, in 192-wide tiles: 0.70x
+// cuBLAS, against 0.98x in 256-wide ones), and a wide band can add a wave of empty slots. Not
+// modelled: stream-K's split of the last wave (SPLIT 1), and clusters of 4, of which fewer fit
+// than 132 SMs would hold (see CLUSTER_M/N below).
 //
 // The kernel's host setup (cudaFuncSetAttribute, the clusters-per-device query) happens on a
 // device's first call; later calls only encode the TMA descriptors and launch, so they can be

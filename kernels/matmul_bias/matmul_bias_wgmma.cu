@@ -42,8 +42,9 @@
  * let: TILES_N = ceil_div(N, TILE_N)
  * let: CLUSTERED_M = ceil_div(TILES_M, CLUSTER_M) * CLUSTER_M
  * let: CLUSTERED_N = ceil_div(TILES_N, CLUSTER_N) * CLUSTER_N
- * let: SIDE = min(CLUSTERED_M, CLUSTERED_N)
- * let: BAND = min(SWIZZLE, SIDE >= 6 ? 8 : (SIDE >= 3 ? 4 : (SIDE >= 2 ? 2 : 1)))
+ * let: SHORT_SIDE = min(CLUSTERED_M, CLUSTERED_N)
+ * let: WIDEST_BAND = SHORT_SIDE >= 6 ? 8 : (SHORT_SIDE >= 3 ? 4 : (SHORT_SIDE >= 2 ? 2 : 1))
+ * let: BAND = min(SWIZZLE, WIDEST_BAND)
  * let: SLOTS_M = ceil_div(TILES_M, BAND * CLUSTER_M) * BAND * CLUSTER_M
  * let: SLOTS_N = ceil_div(TILES_N, BAND * CLUSTER_N) * BAND * CLUSTER_N
  * busy: ceil_div(SLOTS_M * SLOTS_N, sm_count) * TILE_M * TILE_N * K

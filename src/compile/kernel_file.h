@@ -70,7 +70,7 @@ struct KernelFile {
   std::vector<Expression> busy;
   // `let: NAME = EXPRESSION`: a named value for the busy: lines alone, in order. Unlike a
   // derive, it may use the problem's sizes, since it never reaches the compiler; like busy:, it
-  // does not count in text_hash.
+  // does not count in text_hash. (A name and an expression, as a derive is; never compiled.)
   std::vector<DerivedValue> busy_lets;
   std::vector<std::string> libraries;  // header libraries it includes (`uses:`): "cutlass"
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -364,8 +365,55 @@ bool defaults_run_on(const KernelFile& file, DType dtype, const DeviceInfo& devi
   return first_violation(file, bindings, device, false).empty();
 }
 
+}  // namespace
+
+std::string busy_lines_problem(const KernelFile& file, const OpSpec& op) {
+  std::set<std::string, std::less<>> known = {"elem_bytes"};
+  for (const auto& [name, value] : DeviceInfo{}.limits())
+    known.insert(name);
+  std::set<std::string, std::less<>> sizes;
+  for (const std::string& name : op.size_names())
+    sizes.insert(name);
+  known.insert(sizes.begin(), sizes.end());
+  for (const TunableParam& p : file.params)
+    known.insert(p.name);
+  for (const DerivedValue& d : file.derived)
+    known.insert(d.name);
+  const auto first_unknown = [&](const Expression& e) -> std::string {
+    for (const std::string& name : e.variables()) {
+      if (!known.contains(name)) return name;
+    }
+    return "";
+  };
+  for (const DerivedValue& let : file.busy_lets) {
+    if (sizes.contains(let.name)) {
+      return fmt::format("line {}: let: '{}' is one of {}'s sizes", let.line, let.name, op.name());
+    }
+    if (const std::string name = first_unknown(let.expression); !name.empty()) {
+      return fmt::format(
+          "line {}: let: {} uses '{}', which is no size, limit, tunable, derived "
+          "value or earlier let: value",
+          let.line, let.name, name);
+    }
+    known.insert(let.name);
+  }
+  for (const Expression& busy : file.busy) {
+    if (const std::string name = first_unknown(busy); !name.empty()) {
+      return fmt::format(
+          "busy: '{}' uses '{}', which is no size, limit, tunable, derived value "
+          "or let: value",
+          busy.text(), name);
+    }
+  }
+  return "";
+}
+
+namespace {
+
 // The file's `busy:` value for the variant `params` (tunables as a table row names them) at
-// `sizes`; nothing when the file has no such line or it does not evaluate to a positive number.
+// `sizes`, its lines summed; nothing when the file has no such line or the sum is not positive.
+// The lines name only what busy_lines_problem allows (library_choice checks), so every name is
+// bound here.
 std::optional<double> busy_at(const KernelFile& file, const ParamValues& params, const Sizes& sizes,
                               DType dtype, const DeviceInfo& device) {
   if (file.busy.empty()) return std::nullopt;
@@ -379,10 +427,9 @@ std::optional<double> busy_at(const KernelFile& file, const ParamValues& params,
   double busy = 0;
   for (const Expression& kernel_busy : file.busy) {
     if (!kernel_busy.bound_by(bindings)) return std::nullopt;
-    const long long value = kernel_busy.evaluate(bindings);
-    if (value <= 0) return std::nullopt;
-    busy += static_cast<double>(value);
+    busy += static_cast<double>(kernel_busy.evaluate(bindings));
   }
+  if (busy <= 0) return std::nullopt;
   return busy;
 }
 
@@ -447,6 +494,8 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
         return f.path.filename().string() == name;
       });
       if (file == files.end()) continue;
+      if (const std::string problem = busy_lines_problem(*file, op); !problem.empty())
+        throw Error(fmt::format("{}: {}", file->path.string(), problem));
       const CheckInText check = row_check_in_text(*row, table_dtype, dtype, file->text_hash);
       if (check == CheckInText::failed) continue;  // the file as it is now fails there
       const auto params = valid_params(*file, row->at("params"), sizes, dtype, device);

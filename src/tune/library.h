@@ -164,6 +164,12 @@ struct LibraryChoice {
 // that the device alone decides fails.
 std::filesystem::path device_starter(const OpSpec& op, DType dtype, const DeviceInfo& device);
 
+// What is wrong with `file`'s busy: and let: lines for `op`, or "": a let: value named as one of
+// the op's sizes (it would replace the size), or a name that is no size, device limit, tunable,
+// derived value or earlier let: value (it would leave the lines unbound at every size, and the
+// library would quietly take the nearest row). library_choice throws Error on it.
+std::string busy_lines_problem(const KernelFile& file, const OpSpec& op);
+
 // The library's variant for `sizes` in `dtype` on `device`.
 LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
                              const DeviceInfo& device);

@@ -337,6 +337,17 @@ TEST_F(LibraryChoiceTest, BusyLinesScaleEachRowsTimeToTheSize) {
   two_lines.insert(two_lines.find(busy_line), " * busy: 1048576\n");
   write_text(kernel("rmsnorm_chunked_cpu.cpp"), two_lines);
   EXPECT_DOUBLE_EQ(choose(mn(2048, 4096)).predicted_us.value_or(-1), 9.0);
+  // A let: value may not take a name the problem binds (M here): it would replace the size.
+  std::string shadowing = two_lines;
+  shadowing.insert(shadowing.find(busy_line), " * let: M = 1\n");
+  write_text(kernel("rmsnorm_chunked_cpu.cpp"), shadowing);
+  EXPECT_THROW(choose(mn(2048, 4096)), Error);
+  // Nor may a line name what nothing binds (a typo), which would turn the prediction off.
+  std::string typo = two_lines;
+  typo.insert(typo.find(busy_line), " * let: ROWS = ceil_div(M, UNROL)\n");
+  write_text(kernel("rmsnorm_chunked_cpu.cpp"), typo);
+  EXPECT_THROW(choose(mn(2048, 4096)), Error);
+  write_text(kernel("rmsnorm_chunked_cpu.cpp"), two_lines);
 
   // Without the line in one file there is no common scale: the nearest row.
   std::string without = read_text(kernel("rmsnorm_cpu.cpp"));
@@ -345,6 +356,16 @@ TEST_F(LibraryChoiceTest, BusyLinesScaleEachRowsTimeToTheSize) {
   const LibraryChoice d = choose(mn(2048, 4096));
   EXPECT_EQ(d.tuned_shape, "4096x4096");
   EXPECT_FALSE(d.predicted_us);
+}
+
+// Every library file's busy: and let: lines name only what a problem binds.
+TEST(LibraryFiles, BusyLinesNameOnlyWhatAProblemBinds) {
+  for (const auto& entry : fs::recursive_directory_iterator(library_kernels_dir())) {
+    const std::string ext = entry.path().extension().string();
+    if (ext != ".cu" && ext != ".cpp") continue;
+    const KernelFile file = KernelFile::load(entry.path());
+    EXPECT_EQ(busy_lines_problem(file, *find_op(file.op)), "") << entry.path();
+  }
 }
 
 // Over the library's own files: the hash reads every header line but the `busy:` and `let:`
@@ -428,6 +449,22 @@ TEST(LibraryChoiceBusy, TheSchedulersSlotsCountNotTheTiles) {
                                 [](const auto& w) { return w.tuned_shape == "4096x4096x4096"; });
   ASSERT_NE(row, c.weighed.end()) << c.describe();
   EXPECT_DOUBLE_EQ(row->predicted_us, row->tuned_median_us * 12 / 4);
+
+  // The band narrows where the shorter side is short: at 5120x768, 3 tiles along N give bands of
+  // 4, 40 x 4 slots, 2 waves (bands of 8: 48 x 8, 3 waves; none: 40 x 3, 1). The short side
+  // counts whole clusters: at 640x8192, 5 tiles along M are 6 in clusters of 2, so bands of 8
+  // (16 x 32 slots, 4 waves; 5 tiles would give bands of 4 and 2 waves). The row's own size has
+  // 4 waves, K is the same.
+  const auto predicted_for_the_4096_row = [&](int64_t m, int64_t n) {
+    const LibraryChoice at =
+        library_choice(*find_op("matmul"), {{"M", m}, {"N", n}, {"K", 4096}}, DType::bf16, h200);
+    for (const auto& w : at.weighed) {
+      if (w.tuned_shape == "4096x4096x4096") return w.predicted_us / w.tuned_median_us;
+    }
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(predicted_for_the_4096_row(5120, 768), 2.0 / 4);
+  EXPECT_DOUBLE_EQ(predicted_for_the_4096_row(640, 8192), 4.0 / 4);
 
   const LibraryChoice mlp =
       library_choice(*find_op("fused_mlp"), {{"batch", 1024}, {"dim", 4096}, {"hidden", 11008}},
