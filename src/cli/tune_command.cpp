@@ -429,6 +429,22 @@ std::vector<TuneStart> starts_at(const std::vector<StartTable>& tables, const Si
   return starts;
 }
 
+// The row the library runs at `sizes` on `device`, where its files' busy: lines chose one other
+// than the nearest (library_choice): a search at a size without a row starts there too, as it
+// would have from the nearest row.
+std::optional<TuneStart> library_row_start(const OpSpec& op, const Sizes& sizes, DType dtype,
+                                           const DeviceInfo& device) {
+  const LibraryChoice choice = library_choice(op, sizes, dtype, device);
+  if (choice.source != LibraryChoice::Source::nearest_size || !choice.predicted_us ||
+      choice.weighed.empty() || choice.weighed.front().tuned_shape == choice.tuned_shape) {
+    return std::nullopt;
+  }
+  return TuneStart{choice.file.filename().string(), choice.params,
+                   fmt::format("row {} of this device's table, which the library runs here "
+                               "(predicted {:.1f} us by its file's busy: lines)",
+                               choice.tuned_shape, *choice.predicted_us)};
+}
+
 // Progress across a tune of several ops and sizes: how far, and about how long is left at the
 // pace of the sizes done so far.
 class SweepProgress {
@@ -604,6 +620,10 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
       problem_options.starts = given_starts(flags.starts, t.files);
       for (TuneStart& s : starts_at(tables, sizes))
         problem_options.starts.push_back(std::move(s));
+      if (flags.adopt.empty() && !flags.no_starts && devices) {
+        if (auto s = library_row_start(op, sizes, dtype, devices->device()))
+          problem_options.starts.push_back(std::move(*s));
+      }
       progress_line(sweep.begin(fmt::format(
           "tuning {} over {} file(s), strategy {}{}", problem.key(), t.files.size(),
           problem_options.strategy,

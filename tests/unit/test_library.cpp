@@ -1279,5 +1279,35 @@ TEST(BuildCli, UnknownOpAndBadFlagsAreUsageErrors) {
       << two_ops.output;
 }
 
+// A tune at a size without a row starts from the row the library runs there (busy: lines), as
+// well as from the nearest row: here 1024x1024's, predicted 16 us at 2048x4096, where the
+// nearest, 4096x4096's, is predicted 60.25 (BusyLinesScaleEachRowsTimeToTheSize).
+TEST(TuneCli, ASizeWithoutARowStartsFromTheRowTheLibraryRuns) {
+  const fs::path root = make_library_tree("tune-library-row-start");
+  const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
+  const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
+  for (const char* name : {"rmsnorm_cpu.cpp", "rmsnorm_chunked_cpu.cpp"}) {
+    const fs::path path = root / "kernels" / "rmsnorm" / name;
+    std::string text = read_text(path);
+    text.insert(text.find(kUnrollLine), " * busy: ceil_div(M, UNROLL) * UNROLL * N\n");
+    write_text(path, text);
+  }
+  write_table(
+      {table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5),
+       table_row(1024, 1024, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 2}, {"CHUNK", 256}}, 2.0)});
+  const CommandResult r =
+      run_kforge({"tune", "rmsnorm", "--shape", "2048x4096", "--dtype", "f32", "--backend", "cpu",
+                  "--strategy", "given", "--no-final-check", "--db",
+                  (root / "results.sqlite").string(), "--json", (root / "tune.json").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json report = json::parse(std::ifstream(root / "tune.json"));
+  const std::vector<std::string> starts = report.at("starts_used");
+  ASSERT_EQ(starts.size(), 2u) << report.at("starts_used").dump();
+  EXPECT_EQ(starts[0], "row 4096x4096 of this device's table");
+  EXPECT_EQ(starts[1],
+            "row 1024x1024 of this device's table, which the library runs here (predicted 16.0 us "
+            "by its file's busy: lines)");
+}
+
 }  // namespace
 }  // namespace kforge
