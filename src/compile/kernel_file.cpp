@@ -113,11 +113,7 @@ class HeaderParser {
     } else if (key == "param") {
       parse_param(value, line);
     } else if (key == "derive") {
-      const auto eq = value.find('=');
-      if (eq == std::string::npos) fail(line, "derive: expected 'NAME = EXPRESSION'");
-      const std::string name = trim(value.substr(0, eq));
-      check_new_name(name, line);
-      file_.derived.push_back({name, make_expression(value.substr(eq + 1), line), line});
+      file_.derived.push_back(named_value(key, value, line));
     } else if (key == "require" || key == "prune") {
       file_.requirements.push_back({make_expression(value, line), line, key == "prune"});
     } else if (key == "shared_bytes") {
@@ -129,11 +125,7 @@ class HeaderParser {
     } else if (key == "busy") {
       file_.busy.push_back(make_expression(value, line));
     } else if (key == "let") {
-      const auto eq = value.find('=');
-      if (eq == std::string::npos) fail(line, "let: expected 'NAME = EXPRESSION'");
-      const std::string name = trim(value.substr(0, eq));
-      check_new_name(name, line);
-      file_.busy_lets.push_back({name, make_expression(value.substr(eq + 1), line), line});
+      file_.busy_lets.push_back(named_value(key, value, line));
     } else if (key == "min_occupancy") {
       long long percent = 0;
       if (!parse_integer(value, &percent) || percent < 1 || percent > 100) {
@@ -223,6 +215,15 @@ class HeaderParser {
         check_default(param, value, dtype_name(dtype));
       }
     }
+  }
+
+  // A `derive:` or `let:` line's `NAME = EXPRESSION`.
+  DerivedValue named_value(const std::string& key, const std::string& value, int line) {
+    const auto eq = value.find('=');
+    if (eq == std::string::npos) fail(line, fmt::format("{}: expected 'NAME = EXPRESSION'", key));
+    const std::string name = trim(value.substr(0, eq));
+    check_new_name(name, line);
+    return {name, make_expression(value.substr(eq + 1), line), line};
   }
 
   void check_new_name(const std::string& name, int line) {
