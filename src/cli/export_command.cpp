@@ -274,6 +274,22 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
                  r.source == "table" ? "" : fmt::format(" [{}]", r.source));
     }
   }
+  // Sizes that run another size's row: each is one tune from a row of its own.
+  for (const ExportOp& op : plan.ops) {
+    std::vector<std::string> shapes;
+    for (const ExportRow& r : op.rows) {
+      if (!r.untuned_shape.empty()) shapes.push_back(r.untuned_shape);
+    }
+    if (shapes.empty()) continue;
+    fmt::print(
+        "{} {} at {} size(s) runs other sizes' table rows; a row of its own, then export "
+        "again:\n",
+        op.op->name(), dtype_name(op.dtype), shapes.size());
+    for (const std::string& shape : shapes) {
+      fmt::print("  kforge tune {} --shape {} --dtype {} --update-table\n", op.op->name(), shape,
+                 dtype_name(op.dtype));
+    }
+  }
   fmt::print("{} export for {}: {} files in {}\n", target->name(), plan.device_key, written.size(),
              flags.out);
   return 0;

@@ -244,8 +244,10 @@ ExportPlan make_export_plan(const ExportRequest& request, const DeviceInfo& devi
           out.variants.push_back(std::move(v));
           same = out.variants.end() - 1;
         }
-        out.rows.push_back({key_sizes(key, problem), static_cast<int>(same - out.variants.begin()),
-                            source, reason});
+        out.rows.push_back(
+            {key_sizes(key, problem), static_cast<int>(same - out.variants.begin()), source, reason,
+             choice.source == LibraryChoice::Source::nearest_size ? op->format_shape(problem)
+                                                                  : std::string()});
       }
       plan.ops.push_back(std::move(out));
     }
@@ -272,6 +274,7 @@ nlohmann::json ExportPlan::to_json() const {
                       {"variant", op.variants[r.variant].symbol},
                       {"source", r.source},
                       {"choice", r.choice}});
+      if (!r.untuned_shape.empty()) rows.back()["untuned_shape"] = r.untuned_shape;
     }
     nlohmann::json key = nlohmann::json::array();
     for (const DispatchDim& d : op.key) {

@@ -57,6 +57,10 @@ struct ExportRow {
   int variant = 0;     // index into ExportOp::variants
   std::string source;  // "table" or "plan"
   std::string choice;  // LibraryChoice::describe() at these sizes
+  // Where the library runs another size's table row here (the nearest, or the one its busy:
+  // lines predict fastest), the whole problem's shape: a tune of it would give it a row of its
+  // own. Empty otherwise.
+  std::string untuned_shape;
 };
 
 struct ExportOp {

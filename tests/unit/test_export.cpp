@@ -545,6 +545,12 @@ TEST(ExportPlan, TakesAModelsShapesFromItsPlan) {
     const bool tuned_here = row->choice.find("nearest") == std::string::npos &&
                             row->choice.find("defaults") == std::string::npos;
     EXPECT_EQ(row->source, tuned_here ? "table" : "plan") << op.op->name() << ": " << row->choice;
+    // Another size's row here is one tune from a row of its own, at the whole problem's shape.
+    EXPECT_EQ(row->untuned_shape.empty(), row->choice.find("nearest") == std::string::npos)
+        << op.op->name() << ": " << row->choice;
+    if (!row->untuned_shape.empty()) {
+      EXPECT_EQ(row->untuned_shape, op.op->format_shape(op.op == ops[0] ? norm : rope));
+    }
   }
 }
 
@@ -642,6 +648,27 @@ TEST(ExportCli, AWorkspaceExportsEachTasksKeptBest) {
   EXPECT_FALSE(named.ok());
   EXPECT_NE(named.output.find("the torch target has no op matmul yet"), std::string::npos)
       << named.output;
+}
+
+// A size that runs another size's table row is one tune from a row of its own: the export says
+// which and how; a size with its own row is not listed.
+TEST(ExportCli, ASizeWithoutARowIsOfferedItsTune) {
+  const fs::path dir = test::temp_dir("export-untuned-shape");
+  const std::string ceilings =
+      (fs::path(test::test_data_dir()) / "recorded_hf" / "ceilings_h100.json").string();
+  const CommandResult r =
+      run_command({test::kforge_binary(), "export", "matmul", "--shape", "matmul:4096x11008x4096",
+                   "--shape", "matmul:4096x4096x4096", "--no-table-sizes", "--ceilings", ceilings,
+                   "--out", (dir / "out").string()});
+  ASSERT_TRUE(r.ok()) << r.output;
+  EXPECT_NE(r.output.find("matmul bf16 at 1 size(s) runs other sizes' table rows"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("\n  kforge tune matmul --shape 4096x11008x4096 --dtype bf16 "
+                          "--update-table\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("--shape 4096x4096x4096 --dtype"), std::string::npos) << r.output;
 }
 
 // `kforge export all`: every op with a table for the device that the target carries (the
