@@ -282,12 +282,13 @@ int cmd_export(const ExportFlags& flags, const DeviceFlags& device,
     }
     if (shapes.empty()) continue;
     fmt::print(
-        "{} {} at {} size(s) runs other sizes' table rows; a row of its own, then export "
-        "again:\n",
+        "{} {} at {} size(s) runs other sizes' table rows; a row of its own (the table's "
+        "variants timed there; without --strategy and --all-rows, a search), then export again:\n",
         op.op->name(), dtype_name(op.dtype), shapes.size());
     for (const std::string& shape : shapes) {
-      fmt::print("  kforge tune {} --shape {} --dtype {} --update-table\n", op.op->name(), shape,
-                 dtype_name(op.dtype));
+      fmt::print(
+          "  kforge tune {} --shape {} --dtype {} --strategy given --all-rows --update-table\n",
+          op.op->name(), shape, dtype_name(op.dtype));
     }
   }
   fmt::print("{} export for {}: {} files in {}\n", target->name(), plan.device_key, written.size(),

@@ -359,6 +359,10 @@ CLI::App* add_tune_command(CLI::App& app, TuneFlags& flags, DeviceFlags& device)
   tune->add_flag("--no-starts", flags.no_starts,
                  "Start from the files' defaults, not from the rows of this device's table and "
                  "of same-architecture devices' tables");
+  tune->add_flag("--all-rows", flags.all_rows,
+                 "Start from every row of those tables, not only the nearest: with --strategy "
+                 "given, the tables' variants timed at this size (cheap where they are compiled "
+                 "already), the fastest written with --update-table");
   tune->add_option("--start", flags.starts,
                    "FILE:NAME=VALUE,NAME=VALUE: a variant every strategy evaluates first (the "
                    "other tunables take the file's defaults; repeatable), e.g. a point someone "
@@ -412,19 +416,32 @@ std::vector<StartTable> start_tables(const TuneFlags& flags, const OpSpec& op, D
   return tables;
 }
 
-// The nearest row of each start table to `sizes`, as a start point.
-std::vector<TuneStart> starts_at(const std::vector<StartTable>& tables, const Sizes& sizes) {
+// The nearest row of each start table to `sizes`, as a start point; with `all_rows`, then every
+// other row of each table whose variant is not a start already.
+std::vector<TuneStart> starts_at(const std::vector<StartTable>& tables, const Sizes& sizes,
+                                 bool all_rows) {
   std::vector<TuneStart> starts;
-  for (const auto& [table, label] : tables) {
-    const nlohmann::json* row = nearest_table_row(table, sizes);
-    if (!row) continue;
+  const auto add = [&](const nlohmann::json& row, const std::string& label, bool once) {
     TuneStart s;
-    s.file = row->at("file").get<std::string>();
-    const nlohmann::json params = row->value("params", nlohmann::json::object());
+    s.file = row.at("file").get<std::string>();
+    const nlohmann::json params = row.value("params", nlohmann::json::object());
     for (const auto& [name, value] : params.items())
       s.tunables[name] = value.get<long long>();
-    s.origin = fmt::format("row {} of {}", row->value("shape", "?"), label);
-    starts.push_back(std::move(s));
+    s.origin = fmt::format("row {} of {}", row.value("shape", "?"), label);
+    const bool seen = std::any_of(starts.begin(), starts.end(), [&](const TuneStart& t) {
+      return t.file == s.file && t.tunables == s.tunables;
+    });
+    if (!once || !seen) starts.push_back(std::move(s));
+  };
+  for (const auto& [table, label] : tables) {
+    if (const nlohmann::json* nearest = nearest_table_row(table, sizes))
+      add(*nearest, label, false);
+  }
+  if (!all_rows) return starts;
+  for (const auto& [table, label] : tables) {
+    for (const auto& row : table.at("sizes")) {
+      if (row.contains("file") && row.at("file").is_string()) add(row, label, true);
+    }
   }
   return starts;
 }
@@ -618,11 +635,16 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
       const TuneProblem problem{&op, sizes, dtype};
       TuneOptions problem_options = options;
       problem_options.starts = given_starts(flags.starts, t.files);
-      for (TuneStart& s : starts_at(tables, sizes))
+      for (TuneStart& s : starts_at(tables, sizes, flags.all_rows))
         problem_options.starts.push_back(std::move(s));
       if (flags.adopt.empty() && !flags.no_starts && devices) {
-        if (auto s = library_row_start(op, sizes, dtype, devices->device()))
+        auto s = library_row_start(op, sizes, dtype, devices->device());
+        if (s && std::none_of(problem_options.starts.begin(), problem_options.starts.end(),
+                              [&](const TuneStart& start) {
+                                return start.file == s->file && start.tunables == s->tunables;
+                              })) {
           problem_options.starts.push_back(std::move(*s));
+        }
       }
       progress_line(sweep.begin(fmt::format(
           "tuning {} over {} file(s), strategy {}{}", problem.key(), t.files.size(),

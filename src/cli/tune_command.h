@@ -37,6 +37,7 @@ struct TuneFlags {
   bool update_table = false;  // with --shape: merge this size's row into the table
   std::string adopt;          // a device key or a table file: evaluate its rows' variants only
   bool no_starts = false;     // do not start from the rows of existing tables
+  bool all_rows = false;      // start from every row of those tables, not only the nearest
   std::vector<std::string> starts;        // FILE:NAME=V,NAME=V points to evaluate first
   std::vector<std::string> check_dtypes;  // with --sizes all: check the table in these too
 };

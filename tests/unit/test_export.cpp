@@ -665,7 +665,7 @@ TEST(ExportCli, ASizeWithoutARowIsOfferedItsTune) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("\n  kforge tune matmul --shape 4096x11008x4096 --dtype bf16 "
-                          "--update-table\n"),
+                          "--strategy given --all-rows --update-table\n"),
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("--shape 4096x4096x4096 --dtype"), std::string::npos) << r.output;

@@ -1279,34 +1279,62 @@ TEST(BuildCli, UnknownOpAndBadFlagsAreUsageErrors) {
       << two_ops.output;
 }
 
-// A tune at a size without a row starts from the row the library runs there (busy: lines), as
-// well as from the nearest row: here 1024x1024's, predicted 16 us at 2048x4096, where the
-// nearest, 4096x4096's, is predicted 60.25 (BusyLinesScaleEachRowsTimeToTheSize).
-TEST(TuneCli, ASizeWithoutARowStartsFromTheRowTheLibraryRuns) {
-  const fs::path root = make_library_tree("tune-library-row-start");
+// A library tree whose two rmsnorm CPU files have a busy: line
+// (BusyLinesScaleEachRowsTimeToTheSize), with a table of `rows`; returns the starts a `--strategy
+// given` tune at 2048x4096 used.
+std::vector<std::string> tune_starts_at_2048x4096(const std::string& name,
+                                                  const std::vector<json>& rows,
+                                                  const std::vector<std::string>& flags) {
+  const fs::path root = make_library_tree(name);
   const ScopedEnv include("KFORGE_INCLUDE_DIR", (root / "include").string());
   const ScopedEnv cache("KFORGE_CACHE_DIR", (root / "cache").string());
-  for (const char* name : {"rmsnorm_cpu.cpp", "rmsnorm_chunked_cpu.cpp"}) {
-    const fs::path path = root / "kernels" / "rmsnorm" / name;
+  for (const char* file : {"rmsnorm_cpu.cpp", "rmsnorm_chunked_cpu.cpp"}) {
+    const fs::path path = root / "kernels" / "rmsnorm" / file;
     std::string text = read_text(path);
     text.insert(text.find(kUnrollLine), " * busy: ceil_div(M, UNROLL) * UNROLL * N\n");
     write_text(path, text);
   }
-  write_table(
-      {table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5),
-       table_row(1024, 1024, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 2}, {"CHUNK", 256}}, 2.0)});
-  const CommandResult r =
-      run_kforge({"tune", "rmsnorm", "--shape", "2048x4096", "--dtype", "f32", "--backend", "cpu",
-                  "--strategy", "given", "--no-final-check", "--db",
-                  (root / "results.sqlite").string(), "--json", (root / "tune.json").string()});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json report = json::parse(std::ifstream(root / "tune.json"));
-  const std::vector<std::string> starts = report.at("starts_used");
-  ASSERT_EQ(starts.size(), 2u) << report.at("starts_used").dump();
-  EXPECT_EQ(starts[0], "row 4096x4096 of this device's table");
-  EXPECT_EQ(starts[1],
-            "row 1024x1024 of this device's table, which the library runs here (predicted 16.0 us "
-            "by its file's busy: lines)");
+  write_table(rows);
+  std::vector<std::string> args = {"tune",
+                                   "rmsnorm",
+                                   "--shape",
+                                   "2048x4096",
+                                   "--dtype",
+                                   "f32",
+                                   "--backend",
+                                   "cpu",
+                                   "--strategy",
+                                   "given",
+                                   "--no-final-check",
+                                   "--db",
+                                   (root / "results.sqlite").string(),
+                                   "--json",
+                                   (root / "tune.json").string()};
+  args.insert(args.end(), flags.begin(), flags.end());
+  const CommandResult r = run_kforge(args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return {};
+  return json::parse(std::ifstream(root / "tune.json")).at("starts_used");
+}
+
+// A tune at a size without a row starts from the row the library runs there (busy: lines), as
+// well as from the nearest row: here 1024x1024's, predicted 16 us at 2048x4096, where the
+// nearest, 4096x4096's, is predicted 60.25. With --all-rows, from every row, each variant once.
+TEST(TuneCli, ASizeWithoutARowStartsFromTheRowTheLibraryRuns) {
+  const std::vector<json> rows = {
+      table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 120.5),
+      table_row(1024, 1024, "rmsnorm_chunked_cpu.cpp", {{"UNROLL", 2}, {"CHUNK", 256}}, 2.0),
+      table_row(512, 512, "rmsnorm_cpu.cpp", {{"UNROLL", 1}}, 1.0),
+      table_row(256, 256, "rmsnorm_cpu.cpp", {{"UNROLL", 8}}, 0.5)};
+  EXPECT_EQ(tune_starts_at_2048x4096("tune-library-row-start", rows, {}),
+            (std::vector<std::string>{
+                "row 4096x4096 of this device's table",
+                "row 1024x1024 of this device's table, which the library runs here (predicted "
+                "16.0 us by its file's busy: lines)"}));
+  EXPECT_EQ(tune_starts_at_2048x4096("tune-all-rows", rows, {"--all-rows"}),
+            (std::vector<std::string>{"row 4096x4096 of this device's table",
+                                      "row 1024x1024 of this device's table",
+                                      "row 512x512 of this device's table"}));
 }
 
 }  // namespace
