@@ -10,6 +10,7 @@
 #include "compile/compiler.h"
 #include "compile/variant.h"
 #include "core/error.h"
+#include "device/launch_limits.h"
 #include "tune/library.h"
 
 namespace kforge {
@@ -19,18 +20,6 @@ namespace {
 std::string failure_of(const nlohmann::json& check) {
   const std::string result = check.value("result", std::string("FAIL"));
   return result.substr(0, result.find(':'));
-}
-
-// The first `require:` line that `bindings` bind and break; those that need what is not bound
-// (a device's limits, say) are left out.
-const Requirement* broken_requirement(const KernelFile& file, const Bindings& bindings) {
-  for (const Requirement& requirement : file.requirements) {
-    if (!requirement.pruning_only && requirement.expression.bound_by(bindings) &&
-        requirement.expression.evaluate(bindings) == 0) {
-      return &requirement;
-    }
-  }
-  return nullptr;
 }
 
 // check --table --compile-only: each variant (file and the tunables its rows name) compiled in
@@ -52,7 +41,7 @@ int compile_table_variants(const std::filesystem::path& table_path,
       const Variant variant = Variant::make(*file, params, dtype, arch);
       for (const auto& [param, value] : params)
         bindings[param] = value;
-      if (const Requirement* broken = broken_requirement(*file, bindings)) {
+      if (const Requirement* broken = first_broken_requirement(*file, bindings)) {
         rejected.push_back(fmt::format("{} (require '{}', line {})", variant.describe(),
                                        broken->expression.text(), broken->line));
       } else {

@@ -416,31 +416,39 @@ std::vector<StartTable> start_tables(const TuneFlags& flags, const OpSpec& op, D
   return tables;
 }
 
+// Appends `start` unless `starts` holds its variant (file and tunables) already.
+void add_new_start(std::vector<TuneStart>& starts, TuneStart start) {
+  const bool held = std::any_of(starts.begin(), starts.end(), [&](const TuneStart& s) {
+    return s.file == start.file && s.tunables == start.tunables;
+  });
+  if (!held) starts.push_back(std::move(start));
+}
+
+// A table row as a start point.
+TuneStart row_start(const nlohmann::json& row, const std::string& label) {
+  TuneStart s;
+  s.file = row.at("file").get<std::string>();
+  const nlohmann::json params = row.value("params", nlohmann::json::object());
+  for (const auto& [name, value] : params.items())
+    s.tunables[name] = value.get<long long>();
+  s.origin = fmt::format("row {} of {}", row.value("shape", "?"), label);
+  return s;
+}
+
 // The nearest row of each start table to `sizes`, as a start point; with `all_rows`, then every
 // other row of each table whose variant is not a start already.
 std::vector<TuneStart> starts_at(const std::vector<StartTable>& tables, const Sizes& sizes,
                                  bool all_rows) {
   std::vector<TuneStart> starts;
-  const auto add = [&](const nlohmann::json& row, const std::string& label, bool once) {
-    TuneStart s;
-    s.file = row.at("file").get<std::string>();
-    const nlohmann::json params = row.value("params", nlohmann::json::object());
-    for (const auto& [name, value] : params.items())
-      s.tunables[name] = value.get<long long>();
-    s.origin = fmt::format("row {} of {}", row.value("shape", "?"), label);
-    const bool seen = std::any_of(starts.begin(), starts.end(), [&](const TuneStart& t) {
-      return t.file == s.file && t.tunables == s.tunables;
-    });
-    if (!once || !seen) starts.push_back(std::move(s));
-  };
   for (const auto& [table, label] : tables) {
     if (const nlohmann::json* nearest = nearest_table_row(table, sizes))
-      add(*nearest, label, false);
+      starts.push_back(row_start(*nearest, label));
   }
   if (!all_rows) return starts;
   for (const auto& [table, label] : tables) {
     for (const auto& row : table.at("sizes")) {
-      if (row.contains("file") && row.at("file").is_string()) add(row, label, true);
+      if (row.contains("file") && row.at("file").is_string())
+        add_new_start(starts, row_start(row, label));
     }
   }
   return starts;
@@ -452,10 +460,9 @@ std::vector<TuneStart> starts_at(const std::vector<StartTable>& tables, const Si
 std::optional<TuneStart> library_row_start(const OpSpec& op, const Sizes& sizes, DType dtype,
                                            const DeviceInfo& device) {
   const LibraryChoice choice = library_choice(op, sizes, dtype, device);
-  if (choice.source != LibraryChoice::Source::nearest_size || !choice.predicted_us ||
-      choice.weighed.empty() || choice.weighed.front().tuned_shape == choice.tuned_shape) {
+  // weighed holds the rows nearest first, and is filled only where busy: lines chose the row.
+  if (!choice.predicted_us || choice.weighed.front().tuned_shape == choice.tuned_shape)
     return std::nullopt;
-  }
   return TuneStart{choice.file.filename().string(), choice.params,
                    fmt::format("row {} of this device's table, which the library runs here "
                                "(predicted {:.1f} us by its file's busy: lines)",
@@ -638,13 +645,8 @@ int cmd_tune(const TuneFlags& given, const DeviceFlags& device,
       for (TuneStart& s : starts_at(tables, sizes, flags.all_rows))
         problem_options.starts.push_back(std::move(s));
       if (flags.adopt.empty() && !flags.no_starts && devices) {
-        auto s = library_row_start(op, sizes, dtype, devices->device());
-        if (s && std::none_of(problem_options.starts.begin(), problem_options.starts.end(),
-                              [&](const TuneStart& start) {
-                                return start.file == s->file && start.tunables == s->tunables;
-                              })) {
-          problem_options.starts.push_back(std::move(*s));
-        }
+        if (auto s = library_row_start(op, sizes, dtype, devices->device()))
+          add_new_start(problem_options.starts, std::move(*s));
       }
       progress_line(sweep.begin(fmt::format(
           "tuning {} over {} file(s), strategy {}{}", problem.key(), t.files.size(),

@@ -45,14 +45,20 @@ Bindings problem_bindings(const DeviceInfo& device, DType dtype, const Sizes* si
   return b;
 }
 
+const Requirement* first_broken_requirement(const KernelFile& file, const Bindings& bindings,
+                                            bool with_pruning) {
+  for (const Requirement& req : file.requirements) {
+    if ((req.pruning_only && !with_pruning) || !req.expression.bound_by(bindings)) continue;
+    if (req.expression.evaluate(bindings) == 0) return &req;
+  }
+  return nullptr;
+}
+
 std::string first_violation(const KernelFile& file, const Bindings& bindings,
                             const DeviceInfo& device, bool with_pruning) {
-  for (const auto& req : file.requirements) {
-    if ((req.pruning_only && !with_pruning) || !req.expression.bound_by(bindings)) continue;
-    if (req.expression.evaluate(bindings) == 0) {
-      return fmt::format("{} '{}' (line {}) does not hold", req.pruning_only ? "prune" : "require",
-                         req.expression.text(), req.line);
-    }
+  if (const Requirement* req = first_broken_requirement(file, bindings, with_pruning)) {
+    return fmt::format("{} '{}' (line {}) does not hold", req->pruning_only ? "prune" : "require",
+                       req->expression.text(), req->line);
   }
   const auto check = [&](const std::optional<Expression>& e, auto violation) -> std::string {
     if (!e || !e->bound_by(bindings)) return "";

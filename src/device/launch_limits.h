@@ -21,6 +21,11 @@ std::string cluster_violation(long long blocks, const DeviceInfo& device);
 // device's limits, `elem_bytes` for `dtype`, and the problem's sizes when `sizes` is given.
 Bindings problem_bindings(const DeviceInfo& device, DType dtype, const Sizes* sizes);
 
+// The first `require:` line (with `with_pruning`, `prune:` lines too) that `bindings` bind and
+// make false, or nullptr; lines that name something not bound are left for later.
+const Requirement* first_broken_requirement(const KernelFile& file, const Bindings& bindings,
+                                            bool with_pruning = false);
+
 // The first `require:` that is false, or declared launch value over the device's limits, for
 // `bindings` (tunables and derived values included), or "" if all hold. Expressions that name
 // something not bound (a problem size, when no problem is given) are left for later. With

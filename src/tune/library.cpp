@@ -368,8 +368,9 @@ bool defaults_run_on(const KernelFile& file, DType dtype, const DeviceInfo& devi
 }  // namespace
 
 std::string busy_lines_problem(const KernelFile& file, const OpSpec& op) {
-  std::set<std::string, std::less<>> known = {"elem_bytes"};
-  for (const auto& [name, value] : DeviceInfo{}.limits())
+  // The device's limits and elem_bytes, as problem_bindings names them.
+  std::set<std::string, std::less<>> known;
+  for (const auto& [name, value] : problem_bindings(DeviceInfo{}, DType::f32, nullptr))
     known.insert(name);
   std::set<std::string, std::less<>> sizes;
   for (const std::string& name : op.size_names())
@@ -450,6 +451,10 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
                              const DeviceInfo& device) {
   const std::string backend = device.backend;
   const std::vector<KernelFile> files = library_files(std::string(op.name()), backend);
+  for (const KernelFile& file : files) {
+    if (const std::string problem = busy_lines_problem(file, op); !problem.empty())
+      throw Error(fmt::format("{}: {}", file.path.string(), problem));
+  }
   LibraryChoice choice;
   choice.file = device_starter(op, dtype, device);
 
@@ -494,8 +499,6 @@ LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
         return f.path.filename().string() == name;
       });
       if (file == files.end()) continue;
-      if (const std::string problem = busy_lines_problem(*file, op); !problem.empty())
-        throw Error(fmt::format("{}: {}", file->path.string(), problem));
       const CheckInText check = row_check_in_text(*row, table_dtype, dtype, file->text_hash);
       if (check == CheckInText::failed) continue;  // the file as it is now fails there
       const auto params = valid_params(*file, row->at("params"), sizes, dtype, device);

@@ -67,6 +67,9 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 constexpr const char* kUnrollLine = " * param: UNROLL = 4 in {1, 2, 4, 8}\n";
+// A busy: line for the tree's rmsnorm files: rows in blocks of UNROLL rows each, all of N per
+// block (inserted before kUnrollLine).
+constexpr const char* kRowBlocksBusyLine = " * busy: ceil_div(M, UNROLL) * UNROLL * N\n";
 
 // A source tree of its own: include/kforge copied from the real one, and kernels/rmsnorm/ with
 // the real CPU starter plus rmsnorm_chunked_cpu.cpp, the same kernel with a second tunable and
@@ -297,8 +300,7 @@ TEST_F(LibraryChoiceTest, OtherSizesTakeTheNearestRowOnALogScale) {
 // row whose time, scaled to the size by that line, is the shortest, not the nearest row; where
 // one of them lacks the line, the nearest. The line does not count in the code hash.
 TEST_F(LibraryChoiceTest, BusyLinesScaleEachRowsTimeToTheSize) {
-  // busy: rows in blocks of UNROLL rows each, all of N per block.
-  const std::string busy_line = " * busy: ceil_div(M, UNROLL) * UNROLL * N\n";
+  const std::string busy_line = kRowBlocksBusyLine;
   for (const char* name : {"rmsnorm_cpu.cpp", "rmsnorm_chunked_cpu.cpp"}) {
     std::string text = read_text(kernel(name));
     const std::string before_hash = kernel_text_hash(text, kernel(name));
@@ -1291,7 +1293,7 @@ std::vector<std::string> tune_starts_at_2048x4096(const std::string& name,
   for (const char* file : {"rmsnorm_cpu.cpp", "rmsnorm_chunked_cpu.cpp"}) {
     const fs::path path = root / "kernels" / "rmsnorm" / file;
     std::string text = read_text(path);
-    text.insert(text.find(kUnrollLine), " * busy: ceil_div(M, UNROLL) * UNROLL * N\n");
+    text.insert(text.find(kUnrollLine), kRowBlocksBusyLine);
     write_text(path, text);
   }
   write_table(rows);

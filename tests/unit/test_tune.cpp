@@ -30,11 +30,6 @@
 namespace kforge {
 namespace {
 
-// The limits of a Hopper GPU, as the CUDA runtime reports them for an H100 SXM.
-DeviceInfo hopper() {
-  return test::hopper_device();
-}
-
 KernelFile kernel(const std::string& header_lines) {
   return KernelFile::parse(
       "/* kforge\n * op: rmsnorm\n * backend: cpu\n * dtypes: f16, bf16, f32\n" + header_lines +
@@ -66,8 +61,8 @@ TEST(SearchSpace, AgreesWithBruteForce) {
       " * require: AB % 4 == 0\n"
       " * require: C == 0 || B >= 8\n"
       " * require: AB + C <= N / 256\n");
-  const Bindings ctx = context_for(hopper());
-  const SearchSpace space = SearchSpace::solve({&f}, ctx, hopper());
+  const Bindings ctx = context_for(test::hopper_device());
+  const SearchSpace space = SearchSpace::solve({&f}, ctx, test::hopper_device());
 
   std::set<std::vector<long long>> expected;
   for (long long a : f.params[0].candidates) {
@@ -108,7 +103,8 @@ TEST(SearchSpace, MillionCombinationsPrunedEarly) {
       " * param: P6 = 0 in {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}\n"
       " * require: P1 == P2\n"
       " * require: P3 + P4 + P5 + P6 <= 6\n");
-  const SearchSpace space = SearchSpace::solve({&f}, context_for(hopper()), hopper());
+  const SearchSpace space =
+      SearchSpace::solve({&f}, context_for(test::hopper_device()), test::hopper_device());
   EXPECT_EQ(space.raw_size(), 1e6);
   // P1 == P2: 10 pairs; P3..P6 >= 0 summing to at most 6: C(6 + 4, 4) = 210 tuples.
   EXPECT_EQ(space.size(), 10u * 210u);
@@ -124,7 +120,8 @@ TEST(SearchSpace, LaunchLimitsBeforeCompiling) {
       " * threads: THREADS\n"
       " * shared_bytes: TILE * 512\n"
       " * cluster: CLUSTER\n");
-  const SearchSpace space = SearchSpace::solve({&f}, context_for(hopper()), hopper());
+  const SearchSpace space =
+      SearchSpace::solve({&f}, context_for(test::hopper_device()), test::hopper_device());
   // THREADS=2048 (9 combinations), TILE=512 (3 x 3 left of the other threads), CLUSTER=16.
   EXPECT_EQ(space.pruned().at("threads per block > the device's 1024"), 9);
   EXPECT_EQ(space.pruned().at("dynamic shared memory > the device's 232448 bytes per block"), 9);
@@ -135,7 +132,7 @@ TEST(SearchSpace, LaunchLimitsBeforeCompiling) {
   EXPECT_EQ(shape.dynamic_shared_bytes, 512);
   EXPECT_EQ(shape.cluster_blocks, 1);
 
-  DeviceInfo ampere = hopper();
+  DeviceInfo ampere = test::hopper_device();
   ampere.cc_major = 8;
   const SearchSpace old = SearchSpace::solve({&f}, context_for(ampere), ampere);
   // CLUSTER = 2 and 16, with each of the 6 (THREADS, TILE) pairs that fit.
@@ -151,8 +148,8 @@ TEST(SearchSpace, PruneNarrowsTheSearchButRefusesNoNamedVariant) {
       " * prune: BLOCK * VEC >= N\n");
   ASSERT_EQ(f.requirements.size(), 1u);
   EXPECT_TRUE(f.requirements[0].pruning_only);
-  const Bindings at_1024 = context_for(hopper(), {{"M", 64}, {"N", 1024}});
-  const SearchSpace space = SearchSpace::solve({&f}, at_1024, hopper());
+  const Bindings at_1024 = context_for(test::hopper_device(), {{"M", 64}, {"N", 1024}});
+  const SearchSpace space = SearchSpace::solve({&f}, at_1024, test::hopper_device());
   // BLOCK * VEC >= 1024: (128, 8), (256, 4), (256, 8).
   EXPECT_EQ(space.size(), 3u);
   EXPECT_EQ(space.pruned().begin()->first, "prune 'BLOCK * VEC >= N' (line 7)");
@@ -161,20 +158,22 @@ TEST(SearchSpace, PruneNarrowsTheSearchButRefusesNoNamedVariant) {
   Bindings defaults = at_1024;
   defaults["BLOCK"] = 64;
   defaults["VEC"] = 2;
-  EXPECT_EQ(first_violation(f, defaults, hopper()), "");
-  EXPECT_EQ(first_violation(f, defaults, hopper(), true),
+  EXPECT_EQ(first_violation(f, defaults, test::hopper_device()), "");
+  EXPECT_EQ(first_violation(f, defaults, test::hopper_device(), true),
             "prune 'BLOCK * VEC >= N' (line 7) does not hold");
 }
 
 TEST(SearchSpace, UnknownNameIsAUsageError) {
   const KernelFile f = kernel(" * param: A = 1 in {1, 2}\n * require: A <= ROWS\n");
-  EXPECT_THROW(SearchSpace::solve({&f}, context_for(hopper()), hopper()), UsageError);
+  EXPECT_THROW(SearchSpace::solve({&f}, context_for(test::hopper_device()), test::hopper_device()),
+               UsageError);
 }
 
 TEST(SearchSpace, NeighborsChangeOneTunableOrTwoWhereAConstraintCouplesThem) {
   const KernelFile f = kernel(
       " * param: A = 1 in {1, 2, 3}\n * param: B = 1 in {1, 2, 3}\n * require: A + B != 4\n");
-  const SearchSpace space = SearchSpace::solve({&f}, context_for(hopper()), hopper());
+  const SearchSpace space =
+      SearchSpace::solve({&f}, context_for(test::hopper_device()), test::hopper_device());
   const size_t origin = *space.default_point(0);  // A=1, B=1
   std::set<std::pair<long long, long long>> got;
   for (size_t n : space.neighbors(origin))
@@ -190,7 +189,8 @@ TEST(SearchSpace, NeighborsChangeOneTunableOrTwoWhereAConstraintCouplesThem) {
 // 4096x4096 on an H200 ran 85 variants (evolution) without one. They are one step away now.
 TEST(SearchSpace, ALibraryFilesCoupledRegionIsOneStepFromItsDefaults) {
   const KernelFile f = KernelFile::load(test::kernels_dir() + "/rmsnorm/rmsnorm_rowblock.cu");
-  const SearchSpace space = SearchSpace::solve({&f}, context_for(hopper()), hopper());
+  const SearchSpace space =
+      SearchSpace::solve({&f}, context_for(test::hopper_device()), test::hopper_device());
   const PointId origin = *space.default_point(0);
   ASSERT_EQ(space.values(origin).at("ROW_PACKS"), 0);
   ASSERT_EQ(space.values(origin).at("UNROLL"), 4);
@@ -222,7 +222,7 @@ std::string bf16_violation(const KernelFile& f, const Bindings& context,
   for (const auto& [name, value] :
        f.with_derived(f.resolve_params(DType::bf16, overrides), context))
     all[name] = value;
-  return first_violation(f, all, hopper());
+  return first_violation(f, all, test::hopper_device());
 }
 
 // matmul_wgmma.cu's SWAP_AB hands CUTLASS the transposed tile, so the cooperative schedule's
@@ -230,7 +230,8 @@ std::string bf16_violation(const KernelFile& f, const Bindings& context,
 // from the file's header, on the host.
 TEST(SearchSpace, MatmulsSwappedTileTakesTheCooperativeRuleOnItsColumns) {
   const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
-  const Bindings context = context_for(hopper(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const Bindings context =
+      context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
   const auto violation = [&](const ParamValues& overrides) {
     return bf16_violation(f, context, overrides);
   };
@@ -253,7 +254,8 @@ TEST(SearchSpace, MatmulsSwappedTileTakesTheCooperativeRuleOnItsColumns) {
 // has no buffers, takes only the dedupe value.
 TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
   const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
-  const Bindings context = context_for(hopper(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const Bindings context =
+      context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
   const auto violation = [&](const ParamValues& overrides) {
     return bf16_violation(f, context, overrides);
   };
@@ -302,7 +304,8 @@ TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
 // C's TILE_M.
 TEST(SearchSpace, MatmulsSplitAccumulatorNeedsWholeAtomsPerHalf) {
   const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
-  const Bindings context = context_for(hopper(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const Bindings context =
+      context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
   const auto violation = [&](ParamValues point, int mma_order) {
     point["MMA_ORDER"] = mma_order;
     return bf16_violation(f, context, point);
@@ -332,7 +335,8 @@ TEST(SearchSpace, GuidedStrategiesCrossACoupledConstraint) {
   const KernelFile rowblock =
       KernelFile::load(test::kernels_dir() + "/rmsnorm/rmsnorm_rowblock.cu");
   const KernelFile bulk = KernelFile::load(test::kernels_dir() + "/rmsnorm/rmsnorm_bulk.cu");
-  const SearchSpace space = SearchSpace::solve({&rowblock, &bulk}, context_for(hopper()), hopper());
+  const SearchSpace space = SearchSpace::solve(
+      {&rowblock, &bulk}, context_for(test::hopper_device()), test::hopper_device());
   const auto cost = [&](PointId p) {
     const ParamValues v = space.values(p);
     const double threads = std::abs(std::log2(static_cast<double>(v.at("BLOCK_THREADS")) / 256));
@@ -366,7 +370,7 @@ ResourceReport resources(int registers, long long shared = 0, long long spill = 
 
 TEST(Occupancy, MatchesTheCudaCalculator) {
   // Values as the CUDA occupancy calculator gives them for compute capability 9.0.
-  const DeviceInfo d = hopper();
+  const DeviceInfo d = test::hopper_device();
   EXPECT_DOUBLE_EQ(theoretical_occupancy(d, 256, 32, 0).fraction, 1.0);
   EXPECT_DOUBLE_EQ(theoretical_occupancy(d, 256, 64, 0).fraction, 0.5);
   EXPECT_EQ(theoretical_occupancy(d, 256, 64, 0).limiter, "registers");
@@ -380,7 +384,7 @@ TEST(Occupancy, MatchesTheCudaCalculator) {
 }
 
 TEST(Occupancy, RejectionsAfterCompiling) {
-  const DeviceInfo d = hopper();
+  const DeviceInfo d = test::hopper_device();
   std::optional<Occupancy> occ;
   EXPECT_EQ(post_compile_rejection(resources(255), {1024, 0, 1}, d, 0, &occ),
             "registers x threads > the register file (65536 per block)");
@@ -424,7 +428,7 @@ struct RecordedSpace {
   KernelFile file = kernel(kTemplate);
   const OpSpec* op = find_op("rmsnorm");
   TuneProblem problem{op, {{"M", 4096}, {"N", 4096}}, DType::bf16};
-  DeviceInfo device = hopper();
+  DeviceInfo device = test::hopper_device();
   double optimum = INFINITY;
   size_t feasible = 0;
 
@@ -495,7 +499,8 @@ TEST(LocalSearch, ClimbsInEveryFile) {
       " * param: STAGES = 2 in {1, 2, 3, 4, 6, 8}\n"
       " * param: WARPS = 8 in {1, 2, 4, 8, 16}\n"
       " * param: CTAS = 1 in {1, 2, 3, 4}\n");
-  const SearchSpace space = SearchSpace::solve({&first, &second}, context_for(hopper()), hopper());
+  const SearchSpace space = SearchSpace::solve(
+      {&first, &second}, context_for(test::hopper_device()), test::hopper_device());
   const auto cost = [&](size_t p) {
     const ParamValues v = space.values(p);
     if (space.point(p).file == 0) return landscape(v);
@@ -724,7 +729,7 @@ TEST(ResultsDb, RoundTripAndTunes) {
   {
     ResultsDb db(path);
     db.put(r);
-    db.put_device(hopper());
+    db.put_device(test::hopper_device());
     const auto id = db.begin_tune(r.problem, r.device, {{"strategy", "local"}});
     db.finish_tune(id, {{"best", "k1"}});
   }
@@ -738,7 +743,7 @@ TEST(ResultsDb, RoundTripAndTunes) {
   EXPECT_EQ(got->seed, 42u);
   EXPECT_TRUE(got->timed());
   EXPECT_FALSE(db.find("k1", r.problem, "another device"));
-  EXPECT_EQ(db.find_device(device_key(hopper()))->max_threads_per_sm, 2048);
+  EXPECT_EQ(db.find_device(device_key(test::hopper_device()))->max_threads_per_sm, 2048);
   ASSERT_EQ(db.tunes(r.problem).size(), 1u);
   EXPECT_EQ(db.tunes(r.problem)[0].summary.at("best"), "k1");
   EXPECT_FALSE(db.tunes(r.problem)[0].finished_at.empty());
