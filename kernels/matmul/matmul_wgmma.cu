@@ -9,7 +9,7 @@
  * param: CLUSTER_N = 1 in {1, 2, 4}
  * param: STAGES = 4 in {2, 3, 4, 5, 6, 7, 8}
  * param: SCHEDULE = 0 in {0, 1}
- * param: EPILOGUE = 0 in {0, 1, 2}
+ * param: EPILOGUE = 0 in {0, 1, 2, 3}
  * param: EPI_N = 32 in {16, 32, 64}
  * param: RASTER = 0 in {0, 1, 2}
  * param: SWIZZLE = 1 in {1, 2, 4, 8}
@@ -43,7 +43,11 @@
  * # EPILOGUE 2 (kforge's own: each consumer warp group stages 64-row slices in its own
  * # EPI_STAGES buffers, 128 rows in all) is written for the cooperative, unswapped,
  * # data-parallel kernel; the 16 rows bound its alignment padding too.
- * require: EPILOGUE != 2 || (SCHEDULE == 0 && SWAP_AB == 0 && SPLIT == 0)
+ * require: EPILOGUE < 2 || (SCHEDULE == 0 && SWAP_AB == 0 && SPLIT == 0)
+ * # EPILOGUE 3 (EPILOGUE 2's slices, stored during the next tile's first K steps from a 16-bit
+ * # copy of the accumulators in registers, half as many as they are) runs kforge's own K loop
+ * # with CUTLASS's atoms, one wgmma atom wide.
+ * require: EPILOGUE != 3 || (MMA_ORDER == 0 && ACC_REGS <= 128)
  * # MMA_ORDER 1 splits CUTLASS's tile into two wgmma atoms along its N. B is N-major (unless
  * # swapped) in shared-memory atoms up to 64 elements wide, and each half must hold whole atoms.
  * require: MMA_ORDER == 0 || GEMM_TILE_N % 128 == 0
@@ -357,81 +361,101 @@ class Store {
 
   CUTLASS_HOST_DEVICE explicit Store(Params const& params) : params_(params) {}
 
+  // A thread's two 16-bit values of one 8-column chunk of a 64-row atom: `half` 0 is its row of
+  // the chunk, 1 the row 8 lower. Per PTX's wgmma fragment, values 4c and 4c + 1 of chunk c are
+  // columns (8c + 2 (lane % 4), + 1) of row 16 warp + lane / 4, values 4c + 2 and 4c + 3 the same
+  // columns 8 rows lower. The tile's N is one atom wide, or two (MMA_ORDER 1).
+  template <class Acc>
+  CUTLASS_DEVICE static uint32_t packed_pair(Acc const& acc, int atom, int chunk, int half) {
+    constexpr int kAtomChunks = size<0>(Acc{}) / 4;  // 8-column chunks per wgmma atom
+    const int v = 4 * (chunk % kAtomChunks) + 2 * half;
+    return pack_pair(acc(v, atom, chunk / kAtomChunks), acc(v + 1, atom, chunk / kAtomChunks));
+  }
+
+  // The first row of each of a consumer thread's 64-row atoms in the tile, from CuTe's own
+  // partition of it.
+  template <class TiledMma, class TileShapeMNK>
+  CUTLASS_DEVICE static int atom_first_row(TiledMma tiled_mma, TileShapeMNK tile_shape, int thread,
+                                           int atom) {
+    Tensor coords = tiled_mma.get_thread_slice(thread).partition_C(
+        make_identity_tensor(take<0, 2>(tile_shape)));
+    return get<0>(coords(0, atom, 0)) / kRows * kRows;
+  }
+
+  // D as 64 x EPI_N slices: (64, EPI_N, slice row, slice column).
+  template <class ProblemShapeMNKL>
+  CUTLASS_DEVICE auto slices_of_d(ProblemShapeMNKL problem, int l) const {
+    return local_tile(params_.store.get_tma_tensor(
+                          make_shape(get<0>(problem), get<1>(problem), get<3>(problem)))(_, _, l),
+                      SliceShape{}, make_coord(_, _));
+  }
+
+  // Stores slice `s` of one atom of a consumer warp group (`thread`: 0-255) into `target`, one
+  // of the slices_of_d. `pair(chunk, half)` gives the thread's 16-bit values (see packed_pair)
+  // by the chunk's index in the atom.
+  template <class Pair, class Target>
+  CUTLASS_DEVICE void store_slice(Pair const& pair, int s, Target const& target, int thread,
+                                  SharedStorage& storage) {
+    const int group = thread / kThreads;  // consumer warp group: its buffers and barrier
+    const int warp = thread % kThreads / 32;
+    const int lane = thread % 32;
+    // The slice's buffer, swizzled as the TMA reads it (CuTe applies the swizzle to the
+    // address: buffers are 1024-byte aligned).
+    Tensor slice =
+        make_tensor(make_smem_ptr(storage.slices.data() +
+                                  (group * EPI_STAGES + stores_ % EPI_STAGES) * kSliceElements),
+                    SliceLayout{});
+    // stmatrix x4 writes four 8 x 8 matrices: rows 0-7 and 8-15 of this warp's 16, for
+    // chunks c and c + 1; lane i gives the address of row i % 8 of matrix i / 8, and its
+    // register j holds its own two values of matrix j.
+    const int row = warp * 16 + (lane / 8 % 2) * 8 + lane % 8;
+    CUTLASS_PRAGMA_UNROLL
+    for (int p = 0; p < EPI_N / 16; ++p) {
+      const int c = s * (EPI_N / 8) + 2 * p;    // the pair's first chunk in the atom
+      const int col = (2 * p + lane / 16) * 8;  // the lane's chunk in the slice
+      SM90_U32x4_STSM_N::copy(pair(c, 0), pair(c, 1), pair(c + 1, 0), pair(c + 1, 1),
+                              *reinterpret_cast<uint128_t*>(&slice(row, col)));
+    }
+    tma_store_fence();  // the writes, visible to the TMA (the async proxy)
+    if (thread % kThreads == 0) {
+      // The next slice's buffer was last read by the store EPI_STAGES - 1 slices back.
+      tma_store_wait<EPI_STAGES - 2>();
+    }
+    // A user barrier id: CUTLASS adds its reserved ids' count (hardware ids 8 and 9).
+    cutlass::arch::NamedBarrier::sync(kThreads, group);
+    if (thread % kThreads == 0) {
+      auto tma = params_.store.get_slice(Int<0>{});
+      copy(params_.store, tma.partition_S(slice), tma.partition_D(target));
+      tma_store_arrive();
+    }
+    ++stores_;
+  }
+
   // One tile: `thread` is the consumer thread (0-255), `acc` its accumulators.
   template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class AccEngine,
             class AccLayout, class TiledMma, class ResidueMNK>
   CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem, TileShapeMNK tile_shape,
                                  TileCoordMNKL tile_coord, Tensor<AccEngine, AccLayout> const& acc,
                                  TiledMma tiled_mma, ResidueMNK, int thread, char* smem) {
-    // A thread's accumulators of one atom, per PTX's wgmma fragment: for each 8-column chunk c,
-    // values 4c and 4c + 1 are columns (8c + 2 (lane % 4), + 1) of row 16 warp + lane / 4,
-    // values 4c + 2 and 4c + 3 the same columns 8 rows lower. The tile's N is one atom wide, or
-    // two (MMA_ORDER 1).
     constexpr int kAtoms = size<1>(AccLayout{});  // 64-row atoms per warp group
     constexpr int kTileN = size<1>(TileShapeMNK{});
-    constexpr int kAtomChunks = kTileN / size<2>(AccLayout{}) / 8;  // 8-column chunks per atom
-    static_assert(size<0>(AccLayout{}) == 4 * kAtomChunks, "TILE_N / 2 values per thread");
+    static_assert(size<0>(AccLayout{}) * size<2>(AccLayout{}) == kTileN / 2,
+                  "TILE_N / 2 values per thread");
     static_assert(kTileN % EPI_N == 0 && EPI_N % 16 == 0, "whole chunk pairs per slice");
     constexpr int kSlices = kTileN / EPI_N;
 
-    const int group = thread / kThreads;  // consumer warp group: its buffers and barrier
-    const int warp = thread % kThreads / 32;
-    const int lane = thread % 32;
     const auto [m_tile, n_tile, k_tile, l] = tile_coord;
-    Tensor slices_d =
-        local_tile(params_.store.get_tma_tensor(
-                       make_shape(get<0>(problem), get<1>(problem), get<3>(problem)))(_, _, l),
-                   SliceShape{}, make_coord(_, _));  // (64, EPI_N, slice row, slice column)
-    auto tma = params_.store.get_slice(Int<0>{});
+    Tensor slices_d = slices_of_d(problem, l);
     auto& storage = *reinterpret_cast<SharedStorage*>(smem);
-    // Each atom's first row in the tile, from CuTe's own partition of the tile.
-    Tensor coords = tiled_mma.get_thread_slice(thread).partition_C(
-        make_identity_tensor(take<0, 2>(tile_shape)));
-
     CUTLASS_PRAGMA_UNROLL
     for (int a = 0; a < kAtoms; ++a) {
-      const int atom_row = get<0>(coords(0, a, 0)) / kRows * kRows;
+      const int slice_row = (int(m_tile) * size<0>(TileShapeMNK{}) +
+                             atom_first_row(tiled_mma, tile_shape, thread, a)) /
+                            kRows;
       CUTLASS_PRAGMA_UNROLL
       for (int s = 0; s < kSlices; ++s) {
-        // The slice's buffer, swizzled as the TMA reads it (CuTe applies the swizzle to the
-        // address: buffers are 1024-byte aligned).
-        Tensor slice =
-            make_tensor(make_smem_ptr(storage.slices.data() +
-                                      (group * EPI_STAGES + stores_ % EPI_STAGES) * kSliceElements),
-                        SliceLayout{});
-        // stmatrix x4 writes four 8 x 8 matrices: rows 0-7 and 8-15 of this warp's 16, for
-        // chunks c and c + 1; lane i gives the address of row i % 8 of matrix i / 8, and its
-        // register j holds its own two values of matrix j.
-        const int row = warp * 16 + (lane / 8 % 2) * 8 + lane % 8;
-        CUTLASS_PRAGMA_UNROLL
-        for (int pair = 0; pair < EPI_N / 16; ++pair) {
-          const int c = s * (EPI_N / 8) + 2 * pair;  // the pair's first chunk in the atom
-          uint32_t regs[4];
-          CUTLASS_PRAGMA_UNROLL
-          for (int j = 0; j < 4; ++j) {
-            const int chunk = c + j / 2;
-            const int n_atom = chunk / kAtomChunks;
-            const int v = 4 * (chunk % kAtomChunks) + 2 * (j % 2);
-            regs[j] = pack_pair(acc(v, a, n_atom), acc(v + 1, a, n_atom));
-          }
-          const int col = (2 * pair + lane / 16) * 8;  // the lane's chunk in the slice
-          SM90_U32x4_STSM_N::copy(regs[0], regs[1], regs[2], regs[3],
-                                  *reinterpret_cast<uint128_t*>(&slice(row, col)));
-        }
-        tma_store_fence();  // the writes, visible to the TMA (the async proxy)
-        if (thread % kThreads == 0) {
-          // The next slice's buffer was last read by the store EPI_STAGES - 1 slices back.
-          tma_store_wait<EPI_STAGES - 2>();
-        }
-        // A user barrier id: CUTLASS adds its reserved ids' count (hardware ids 8 and 9).
-        cutlass::arch::NamedBarrier::sync(kThreads, group);
-        if (thread % kThreads == 0) {
-          const int slice_row = (int(m_tile) * size<0>(TileShapeMNK{}) + atom_row) / kRows;
-          copy(params_.store, tma.partition_S(slice),
-               tma.partition_D(slices_d(_, _, slice_row, int(n_tile) * kSlices + s)));
-          tma_store_arrive();
-        }
-        ++stores_;
+        store_slice([&](int chunk, int half) { return packed_pair(acc, a, chunk, half); }, s,
+                    slices_d(_, _, slice_row, int(n_tile) * kSlices + s), thread, storage);
       }
     }
   }
@@ -463,8 +487,8 @@ class Epilogue
 
 }  // namespace warp_group_epilogue
 
-using CollectiveEpilogue =
-    std::conditional_t<EPILOGUE == 2, warp_group_epilogue::Epilogue, CutlassEpilogue>;
+using CollectiveEpilogue = std::conditional_t<EPILOGUE == 2 || EPILOGUE == 3,
+                                              warp_group_epilogue::Epilogue, CutlassEpilogue>;
 
 // D's shared-memory buffers in an epilogue: none in the register-store one.
 template <class Epilogue>
@@ -475,9 +499,9 @@ constexpr int store_stages() {
     return 0;
   }
 }
-static_assert(EPILOGUE == 2 || store_stages<CutlassEpilogue>() == (EPILOGUE == 1 ? 0 : EPI_STAGES),
+static_assert(EPILOGUE >= 2 || store_stages<CutlassEpilogue>() == (EPILOGUE == 1 ? 0 : EPI_STAGES),
               "the TMA epilogue holds EPI_STAGES buffers");
-static_assert(EPILOGUE != 2 || sizeof(warp_group_epilogue::Store::SharedStorage) <= EPI_BYTES,
+static_assert(EPILOGUE < 2 || sizeof(warp_group_epilogue::Store::SharedStorage) <= EPI_BYTES,
               "the header's EPI_BYTES bounds the warp groups' buffers");
 
 // Explicit STAGES (not an automatic carve-out) so that the header's shared-memory bound holds.
@@ -606,8 +630,234 @@ using CollectiveMainloop =
     std::conditional_t<MMA_ORDER == 1, split_accumulator::Mainloop<BuiltMainloop>, BuiltMainloop>;
 
 using ProblemShape = cute::Shape<int, int, int, int>;  // CUTLASS's (M, N, K, batch = 1)
-using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
-                                                        CollectiveEpilogue, TileSchedulerTag>;
+using CutlassKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
+                                                           CollectiveEpilogue, TileSchedulerTag>;
+
+// ---- EPILOGUE 3: a tile's stores in the shadow of the next tile's first K steps ---------------
+//
+// In CUTLASS's cooperative kernel the tensor cores wait while a tile's epilogue runs: the
+// conversion, the stmatrix writes, the barriers and the TMA stores of every slice. Here a
+// persistent loop of kforge's own runs CUTLASS's collectives: the producer warp's TMA loads and
+// the tile scheduler as CUTLASS's kernel runs them, and a consumer loop that ends each tile by
+// converting its accumulators to 16 bits into registers (TILE_N / 2 per thread for each 64-row
+// atom) and stores those, one 64 x EPI_N slice (warp_group_epilogue's) per K step, right after it
+// has issued each of the next tile's first K steps. The tensor cores then run that tile's wgmmas
+// while the slices are written; what is left between two tiles is the wait for the last wgmma
+// and the conversion. A block's last tile is stored after its loop.
+namespace deferred_store {
+
+using namespace cute;
+
+template <class Base>
+class Kernel : public Base {
+ public:
+  using typename Base::ClusterShape;
+  using typename Base::CollectiveMainloop;
+  using typename Base::Params;
+  using typename Base::SharedStorage;
+  using typename Base::TiledMma;
+  using typename Base::TileScheduler;
+  using typename Base::TileShape;
+  using Pipeline = typename CollectiveMainloop::MainloopPipeline;
+  using PipelineState = typename CollectiveMainloop::PipelineState;
+  using Store = warp_group_epilogue::Store;
+
+  static constexpr int kConsumerThreads = 256;  // two consumer warp groups, one tile
+  // The 16-bit stash takes half as many registers as the accumulators: 192 at a 128 x 256
+  // tile. The producer warp group needs few (CUTLASS gives it 24 under heavy pressure).
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 65536,
+                "one block's registers");
+
+  CUTLASS_DEVICE void operator()(Params const& params, char* smem) {
+    auto& shared = *reinterpret_cast<SharedStorage*>(smem);
+    const int warp_group = cutlass::canonical_warp_group_idx();  // 0: producer, 1 and 2: consumers
+    const int warp = cutlass::canonical_warp_idx_sync();
+    if (warp == 0 && elect_one_sync()) {
+      CollectiveMainloop::prefetch_tma_descriptors(params.mainloop);
+      Base::CollectiveEpilogue::prefetch_tma_descriptors(params.epilogue);
+    }
+
+    // The load ring: the producer warp group's first warp fills it, the consumers drain it.
+    typename Pipeline::Params ring;
+    if (warp_group == 0) {
+      if (warp == 0) ring.role = Pipeline::ThreadCategory::Producer;
+    } else {
+      ring.role = Pipeline::ThreadCategory::Consumer;
+    }
+    ring.is_leader = threadIdx.x % cutlass::NumThreadsPerWarpGroup == 0;
+    ring.num_consumers = kConsumerThreads;
+    ring.num_producers = CollectiveMainloop::NumProducerThreadEvents;
+    ring.transaction_bytes = params.mainloop.tma_transaction_bytes;
+    Pipeline pipeline(shared.pipelines.mainloop, ring, ClusterShape{});
+    // Every block's barriers are initialized before any block of the cluster uses them.
+    if constexpr (size(ClusterShape{}) > 1) {
+      cluster_arrive_relaxed();
+    } else {
+      __syncthreads();
+    }
+
+    auto problem = append<4>(params.problem_shape, Int<1>{});
+    CollectiveMainloop mainloop;
+    auto inputs = mainloop.load_init(problem, params.mainloop);
+    TileScheduler scheduler{params.scheduler};
+    if constexpr (size(ClusterShape{}) > 1) cluster_wait();
+
+    if (warp_group == 0) {
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+      if (warp == 0) load_tiles(params, pipeline, mainloop, inputs, problem, scheduler, shared);
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+      compute_tiles(params, pipeline, problem, scheduler, shared,
+                    int(threadIdx.x) - cutlass::NumThreadsPerWarpGroup);
+    }
+  }
+
+ private:
+  // (m, n, _, l): the tile's coordinates as the collectives take them.
+  template <class Inputs>
+  CUTLASS_DEVICE static auto tile_coord(typename TileScheduler::WorkTileInfo const& work,
+                                        Inputs const& inputs) {
+    return make_coord(idx2crd(work.M_idx, shape<2>(get<0>(inputs))),
+                      idx2crd(work.N_idx, shape<2>(get<1>(inputs))), _,
+                      idx2crd(work.L_idx, shape<4>(get<1>(inputs))));
+  }
+
+  // The producer warp: every tile's K slices of A and B into the ring, as CUTLASS's kernel.
+  template <class Inputs, class Problem>
+  CUTLASS_DEVICE void load_tiles(Params const& params, Pipeline& pipeline,
+                                 CollectiveMainloop& mainloop, Inputs const& inputs,
+                                 Problem const& problem, TileScheduler& scheduler,
+                                 SharedStorage& shared) {
+    PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+    for (auto work = scheduler.initial_work_tile_info(ClusterShape{}); work.is_valid();
+         work = get<0>(scheduler.fetch_next_work(work))) {
+      const int k_tiles = TileScheduler::get_work_k_tile_count(work, problem, TileShape{});
+      mainloop.load(params.mainloop, pipeline, write, inputs, tile_coord(work, inputs),
+                    make_coord_iterator(shape<3>(get<0>(inputs))), k_tiles,
+                    cutlass::canonical_lane_idx(), block_rank_in_cluster(),
+                    shared.tensors.mainloop);
+      write.advance(k_tiles);
+    }
+    mainloop.load_tail(pipeline, write);  // the consumers have released every stage
+  }
+
+  // The consumer warp groups (`thread`: 0-255): each tile's wgmmas, with the previous tile's
+  // slices stored between its first K steps.
+  template <class Problem>
+  CUTLASS_DEVICE void compute_tiles(Params const& params, Pipeline& pipeline,
+                                    Problem const& problem, TileScheduler& scheduler,
+                                    SharedStorage& shared, int thread) {
+    using Mainloop = CollectiveMainloop;
+    Tensor sA = make_tensor(make_smem_ptr(shared.tensors.mainloop.smem_A.data()),
+                            typename Mainloop::SmemLayoutA{});  // (M, K, stage)
+    Tensor sB = make_tensor(make_smem_ptr(shared.tensors.mainloop.smem_B.data()),
+                            typename Mainloop::SmemLayoutB{});  // (N, K, stage)
+    TiledMma tiled_mma;
+    const int group = __shfl_sync(0xffffffff, thread / cutlass::NumThreadsPerWarpGroup, 0);
+    auto thread_mma = tiled_mma.get_slice(group * cutlass::NumThreadsPerWarpGroup);
+    Tensor a = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA, atoms, K, stage)
+    Tensor b = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA, 1, K, stage)
+    Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));  // (MMA, atoms, 1)
+
+    constexpr int kAtoms = size<1>(decltype(acc){});
+    constexpr int kChunks = size<1>(TileShape{}) / 8;  // 8-column chunks per atom
+    constexpr int kSlices = size<1>(TileShape{}) / EPI_N;
+    constexpr int kStashSlices = kAtoms * kSlices;
+    static_assert(size<2>(decltype(acc){}) == 1, "one wgmma atom along N");
+    static_assert(size<0>(decltype(acc){}) == 4 * kChunks, "TILE_N / 2 values per atom");
+
+    Store store(params.epilogue);
+    auto slices_d = store.slices_of_d(problem, 0);
+    int slice_row[kAtoms];  // each atom's first 64-row slice, once the tile's row is added
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kAtoms; ++i) {
+      slice_row[i] = Store::atom_first_row(tiled_mma, TileShape{}, thread, i) / 64;
+    }
+    // The previous tile's values, 16 bits each, two to a register, and where they go.
+    uint32_t stash[kAtoms][kChunks][2] = {};
+    bool stashed = false;
+    int stashed_row = 0, stashed_column = 0;  // its first 64-row slice and EPI_N-column slice
+    auto store_stashed_slice = [&](int i) {
+      const int atom = i / kSlices, s = i % kSlices;
+      store.store_slice([&](int chunk, int half) { return stash[atom][chunk][half]; }, s,
+                        slices_d(_, _, stashed_row + slice_row[atom], stashed_column + s), thread,
+                        shared.tensors.epilogue);
+    };
+
+    PipelineState read;  // the consumers' ring state starts at stage 0, phase 0
+    PipelineState release;
+    // One K step: wait for its stage, issue its wgmmas (the first of a tile starts the sums
+    // from zero) and commit them as a group.
+    auto issue_step = [&](bool first) {
+      pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
+      warpgroup_fence_operand(acc);
+      warpgroup_arrive();
+      tiled_mma.accumulate_ = first ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < size<2>(a); ++k) {
+        gemm(tiled_mma, a(_, _, k, read.index()), b(_, _, k, read.index()), acc);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(acc);
+      ++read;
+    };
+    // The step before the last one issued has retired: its stage goes back to the producer.
+    auto release_previous_step = [&] {
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(acc);
+      pipeline.consumer_release(release);
+      ++release;
+    };
+
+    for (auto work = scheduler.initial_work_tile_info(ClusterShape{}); work.is_valid();
+         work = get<0>(scheduler.fetch_next_work(work))) {
+      const int k_tiles = TileScheduler::get_work_k_tile_count(work, problem, TileShape{});
+      // The first kStashSlices steps, each followed by a slice of the previous tile.
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kStashSlices; ++i) {
+        if (i < k_tiles) issue_step(i == 0);
+        if (stashed) store_stashed_slice(i);
+        if (i > 0 && i < k_tiles) release_previous_step();
+      }
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (int k = kStashSlices; k < k_tiles; ++k) {
+        issue_step(false);
+        release_previous_step();
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc);
+      pipeline.consumer_release(release);
+      ++release;
+
+      CUTLASS_PRAGMA_UNROLL
+      for (int atom = 0; atom < kAtoms; ++atom) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int chunk = 0; chunk < kChunks; ++chunk) {
+          stash[atom][chunk][0] = Store::packed_pair(acc, atom, chunk, 0);
+          stash[atom][chunk][1] = Store::packed_pair(acc, atom, chunk, 1);
+        }
+      }
+      stashed = true;
+      stashed_row = work.M_idx * (size<0>(TileShape{}) / 64);
+      stashed_column = work.N_idx * kSlices;
+    }
+    if (stashed) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kStashSlices; ++i)
+        store_stashed_slice(i);
+    }
+    // The block's smem stays until its last stores have read it.
+    if (thread % cutlass::NumThreadsPerWarpGroup == 0) tma_store_wait<0>();
+  }
+};
+
+}  // namespace deferred_store
+
+using GemmKernel =
+    std::conditional_t<EPILOGUE == 3, deferred_store::Kernel<CutlassKernel>, CutlassKernel>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 static_assert(GemmKernel::MaxThreadsPerBlock == 384, "the header's threads: line");
