@@ -16,7 +16,7 @@
  * param: SPLIT = 0 in {0, 1}
  * param: SWAP_AB = 0 in {0, 1}
  * param: EPI_STAGES = 2 in {2, 3, 4}
- * param: MMA_ORDER = 0 in {0, 1, 2}
+ * param: MMA_ORDER = 0 in {0, 1}
  * # CUTLASS's tile: C's TILE_M x TILE_N, or with SWAP_AB 1 (the product computed as
  * # C^T = B^T A^T) its transpose, TILE_N x TILE_M.
  * derive: GEMM_TILE_M = SWAP_AB == 1 ? TILE_N : TILE_M
@@ -40,16 +40,14 @@
  * # EPI_N and EPI_STAGES only shape the TMA epilogue: the register-store epilogue ignores them.
  * require: EPILOGUE == 1 ? EPI_N == 32 : GEMM_TILE_N % EPI_N == 0
  * require: EPILOGUE != 1 || EPI_STAGES == 2
- * # EPILOGUE 2 (kforge's own: each consumer warp group stages 64-row slices in its own
- * # EPI_STAGES buffers, 128 rows in all) is written for the cooperative, unswapped,
+ * # EPILOGUE 2 and 3 (kforge's own: each consumer warp group stages 64-row slices in its own
+ * # EPI_STAGES buffers, 128 rows in all) are written for the cooperative, unswapped,
  * # data-parallel kernel; the 16 rows bound its alignment padding too.
  * require: EPILOGUE < 2 || (SCHEDULE == 0 && SWAP_AB == 0 && SPLIT == 0)
  * # EPILOGUE 3 (EPILOGUE 2's slices, stored during the next tile's first K steps from a 16-bit
  * # copy of the accumulators in registers, half as many as they are) runs kforge's own K loop
  * # with CUTLASS's atoms, one wgmma atom wide.
- * require: EPILOGUE != 3 || ACC_REGS <= 128
- * # MMA_ORDER 2 (two accumulator halves, split only at a tile's edges) is EPILOGUE 3's.
- * require: MMA_ORDER != 2 || EPILOGUE == 3
+ * require: EPILOGUE != 3 || (MMA_ORDER == 0 && ACC_REGS <= 128)
  * # MMA_ORDER 1 splits CUTLASS's tile into two wgmma atoms along its N. B is N-major (unless
  * # swapped) in shared-memory atoms up to 64 elements wide, and each half must hold whole atoms.
  * require: MMA_ORDER == 0 || GEMM_TILE_N % 128 == 0
@@ -100,6 +98,9 @@
 //     per consumer warp group, each with its own buffers and barrier; EPILOGUE 1 stores
 //     straight from registers (no shared memory, so one more stage may fit). In the cooperative
 //     schedule the tensor cores idle while a tile's epilogue runs, so its waits count in full.
+//     EPILOGUE 3 hides it: a persistent loop of kforge's own converts a tile's accumulators
+//     into registers and stores them, EPILOGUE 2's way, during the next tile's first K steps
+//     (see deferred_store below).
 //
 // The scheduler: SPLIT 0 is the persistent tile scheduler: tiles are numbered in raster order
 // (RASTER) in bands SWIZZLE tiles wide, so that the tiles running at the same time share rows
@@ -153,18 +154,24 @@
 //                    warp_group_epilogue below). At 4096^3 (the row's tile, EPI_N 32, 4 buffers)
 //                    2 measured 0.22% faster than 0 on average over six rounds on three
 //                    machines, within their spread (from 0.47% faster to 0.22% slower).
+//                    3 = EPILOGUE 2's slices stored during the next tile's first K steps
+//                    (deferred_store below): at 4096^3, 2.1-2.6% faster than the file's
+//                    defaults and 0.9-1.3% faster than EPILOGUE 2 in the same tunes (H200).
+//                    Its 16-bit copy of the accumulators takes half their registers, so
+//                    ACC_REGS <= 128 (a 128 x 256 cooperative tile at most).
 //   EPI_N            columns of one TMA-epilogue sub-tile (its rows: 128 cooperative, 64
 //                    ping-pong), in CUTLASS's terms. 32 is CUTLASS's own choice; 64 halves the
 //                    sub-tiles, and with them the consumer barriers and store waits of every
 //                    tile's epilogue, for twice the staging memory; 16 is for TILE_N 176, which
-//                    32 does not divide. EPILOGUE 2: a slice's columns (its rows: 64, one warp
-//                    group's atom).
+//                    32 does not divide. EPILOGUE 2 and 3: a slice's columns (its rows: 64, one
+//                    warp group's atom).
 //   EPI_STAGES       shared-memory buffers of the TMA epilogue's sub-tiles (CUTLASS's builder
 //                    takes 2). Before it fills a buffer, the epilogue waits until the store
 //                    that last read it has finished reading; with 4 buffers that store was
 //                    issued three sub-tiles earlier and has nearly always finished. At 4096^3
 //                    (128 x 256, EPI_N 32) 4 buffers measured 0.3-0.6% faster than 2 in three
-//                    processes on two machines. EPILOGUE 2: buffers per warp group.
+//                    processes on two machines. EPILOGUE 2 and 3: buffers per warp group
+//                    (with EPILOGUE 3 a buffer is written once per K step, so 2 suffice).
 //   RASTER           tile order: 1 = along C's M, 2 = along C's N, 0 = CUTLASS's heuristic
 //                    (along its M when it has more tiles along its N than along its M, else
 //                    along its N).
@@ -628,9 +635,8 @@ class Mainloop : public HalfMainloop<Built> {
 
 }  // namespace split_accumulator
 
-// MMA_ORDER 2 (EPILOGUE 3 only) takes the halves' atoms; its kernel issues them itself.
 using CollectiveMainloop =
-    std::conditional_t<MMA_ORDER != 0, split_accumulator::Mainloop<BuiltMainloop>, BuiltMainloop>;
+    std::conditional_t<MMA_ORDER == 1, split_accumulator::Mainloop<BuiltMainloop>, BuiltMainloop>;
 
 using ProblemShape = cute::Shape<int, int, int, int>;  // CUTLASS's (M, N, K, batch = 1)
 using CutlassKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
@@ -749,13 +755,12 @@ class Kernel : public Base {
   // The consumer warp groups (`thread`: 0-255): each tile's wgmmas, with the previous tile's
   // slices stored between its first K steps.
   //
-  // With one wgmma atom along N (MMA_ORDER 0) a tile ends with a wait for its last K step, and
-  // its conversion runs while the tensor cores are idle. With two halves (MMA_ORDER 1 and 2) a
-  // K step can be split: its first half's wgmmas are committed, the wait leaves them in flight,
-  // and the second half's are issued after it. A tile's last step is split, so that its first
-  // half is converted while its second half runs; the next tile's first step is split, so that
-  // its first half runs while the last tile's second half is converted. MMA_ORDER 1 splits
-  // every K step (cuBLAS's order), MMA_ORDER 2 only those two.
+  // The conversion at a tile's end waits for the tile's last wgmma, and the next tile's first
+  // wgmma waits for the conversion (both write and read all of the accumulators). Splitting
+  // them into two halves along N, so that one half is converted while the other's wgmmas run,
+  // is legal PTX, but ptxas 13.0 then serializes every wgmma of the kernel ("non wgmma
+  // instructions reading accumulator registers of a wgmma between start and end of the
+  // pipeline stage"): 17-20% slower at 4096^3 on an H200. So the accumulators stay one atom.
   template <class Problem>
   CUTLASS_DEVICE void compute_tiles(Params const& params, Pipeline& pipeline,
                                     Problem const& problem, TileScheduler& scheduler,
@@ -769,17 +774,15 @@ class Kernel : public Base {
     const int group = __shfl_sync(0xffffffff, thread / cutlass::NumThreadsPerWarpGroup, 0);
     auto thread_mma = tiled_mma.get_slice(group * cutlass::NumThreadsPerWarpGroup);
     Tensor a = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA, atoms, K, stage)
-    Tensor b = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA, halves, K, stage)
-    Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));  // (MMA, atoms, halves)
+    Tensor b = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA, 1, K, stage)
+    Tensor acc = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));  // (MMA, atoms, 1)
 
     constexpr int kAtoms = size<1>(decltype(acc){});
-    constexpr int kHalves = size<2>(decltype(acc){});
     constexpr int kChunks = size<1>(TileShape{}) / 8;  // 8-column chunks per 64-row atom
     constexpr int kSlices = size<1>(TileShape{}) / EPI_N;
     constexpr int kStashSlices = kAtoms * kSlices;
-    constexpr bool kSplitEveryStep = MMA_ORDER == 1;
-    static_assert(kHalves == (MMA_ORDER == 0 ? 1 : 2), "one atom along N, or two halves");
-    static_assert(size<0>(decltype(acc){}) * kHalves == 4 * kChunks, "TILE_N / 2 values per atom");
+    static_assert(size<2>(decltype(acc){}) == 1, "one wgmma atom along N");
+    static_assert(size<0>(decltype(acc){}) == 4 * kChunks, "TILE_N / 2 values per atom");
 
     Store store(params.epilogue);
     auto slices_d = store.slices_of_d(problem, 0);
@@ -798,18 +801,6 @@ class Kernel : public Base {
                         slices_d(_, _, stashed_row + slice_row[atom], stashed_column + s), thread,
                         shared.tensors.epilogue);
     };
-    // One half's accumulators (all of them with one atom), rounded into the stash.
-    auto stash_half = [&](int half) {
-      constexpr int kHalfChunks = kChunks / kHalves;
-      CUTLASS_PRAGMA_UNROLL
-      for (int atom = 0; atom < kAtoms; ++atom) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int chunk = half * kHalfChunks; chunk < (half + 1) * kHalfChunks; ++chunk) {
-          stash[atom][chunk][0] = Store::packed_pair(acc, atom, chunk, 0);
-          stash[atom][chunk][1] = Store::packed_pair(acc, atom, chunk, 1);
-        }
-      }
-    };
 
     PipelineState read;  // the consumers' ring state starts at stage 0, phase 0
     PipelineState release;
@@ -817,99 +808,64 @@ class Kernel : public Base {
       pipeline.consumer_release(release);
       ++release;
     };
-    // One half's wgmmas on the stage `read` names; a tile's first step starts its sums at zero.
-    auto issue_half = [&](int half, bool first) {
-      tiled_mma.accumulate_ = first ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < size<2>(a); ++k) {
-        CUTLASS_PRAGMA_UNROLL
-        for (int m = 0; m < kAtoms; ++m) {
-          gemm(tiled_mma, a(_, m, k, read.index()), b(_, half, k, read.index()), acc(_, m, half));
-        }
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-    };
-    // With two halves: the last tile's second half is still running (its step's stage is held),
-    // until the next tile's first step converts it.
-    bool second_half_running = false;
-    // One K step: wait for its stage, issue its wgmmas, run `meanwhile` (a slice's stores) while
-    // they run, and release the stage of the step before once it has retired.
-    auto step = [&](bool first, bool last, auto&& meanwhile) {
+    // One K step: wait for its stage, issue its wgmmas (a tile's first starts the sums at zero)
+    // as one group, run `meanwhile` (a slice's stores) while they run, and release the stage of
+    // the step before once it has retired.
+    auto step = [&](bool first, auto&& meanwhile) {
       pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
       warpgroup_fence_operand(acc);
       warpgroup_arrive();
-      const bool split =
-          kHalves == 2 && (kSplitEveryStep || last || (first && second_half_running));
-      if (split) {
-        issue_half(0, first);
-        warpgroup_commit_batch();
-        warpgroup_wait<1>();  // all but this step's first half
-        warpgroup_fence_operand(acc);
-        if (!first || second_half_running) release_stage();
-        if (first && second_half_running) {
-          stash_half(1);
-          second_half_running = false;
-        }
-        warpgroup_arrive();
-        issue_half(1, first);
-        warpgroup_commit_batch();
-        meanwhile();
-      } else {
-        CUTLASS_PRAGMA_UNROLL
-        for (int half = 0; half < kHalves; ++half)
-          issue_half(half, first);
-        warpgroup_commit_batch();
-        meanwhile();
-        if (!first) {
-          warpgroup_wait<1>();  // the step before
-          warpgroup_fence_operand(acc);
-          release_stage();
-        }
+      tiled_mma.accumulate_ = first ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < size<2>(a); ++k) {
+        gemm(tiled_mma, a(_, _, k, read.index()), b(_, _, k, read.index()), acc);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
       }
+      warpgroup_commit_batch();
       warpgroup_fence_operand(acc);
+      meanwhile();
+      if (!first) {
+        warpgroup_wait<1>();  // the step before
+        warpgroup_fence_operand(acc);
+        release_stage();
+      }
       ++read;
     };
 
     for (auto work = scheduler.initial_work_tile_info(ClusterShape{}); work.is_valid();
          work = get<0>(scheduler.fetch_next_work(work))) {
       const int k_tiles = TileScheduler::get_work_k_tile_count(work, problem, TileShape{});
-      // The first kStashSlices steps, each followed by a slice of the previous tile.
+      // The first kStashSlices steps, each with a slice of the previous tile.
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kStashSlices; ++i) {
         if (i < k_tiles) {
-          step(i == 0, i == k_tiles - 1, [&] {
+          step(i == 0, [&] {
             if (stashed) store_stashed_slice(i);
           });
         }
       }
       CUTLASS_PRAGMA_NO_UNROLL
       for (int k = kStashSlices; k < k_tiles; ++k)
-        step(false, k == k_tiles - 1, [] {});
+        step(false, [] {});
       // A tile of fewer steps than slices: the rest of the previous tile's slices.
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kStashSlices; ++i) {
         if (stashed && i >= k_tiles) store_stashed_slice(i);
       }
-      if constexpr (kHalves == 2) {
-        warpgroup_wait<1>();  // the last step's first half; its second still runs
-        warpgroup_fence_operand(acc);
-        stash_half(0);
-        second_half_running = true;
-      } else {
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(acc);
-        release_stage();
-        stash_half(0);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(acc);
+      release_stage();
+      CUTLASS_PRAGMA_UNROLL
+      for (int atom = 0; atom < kAtoms; ++atom) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int chunk = 0; chunk < kChunks; ++chunk) {
+          stash[atom][chunk][0] = Store::packed_pair(acc, atom, chunk, 0);
+          stash[atom][chunk][1] = Store::packed_pair(acc, atom, chunk, 1);
+        }
       }
       stashed = true;
       stashed_row = work.M_idx * (size<0>(TileShape{}) / 64);
       stashed_column = work.N_idx * kSlices;
-    }
-    if (second_half_running) {
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(acc);
-      release_stage();
-      stash_half(1);
     }
     if (stashed) {
       CUTLASS_PRAGMA_UNROLL

@@ -286,16 +286,52 @@ TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
                  f.resolve_params(DType::bf16, with({{"EPILOGUE", 2}, {"EPI_STAGES", 4}})), context)
                 .at("EPI_BYTES"),
             (4 * 128 + 16) * 32 * 2);
-  // Each of these breaks the EPILOGUE 2 rule alone: with EPILOGUE 0 the same point is feasible.
+  // Each of these breaks the rule of kforge's epilogues (2, and 3, which stores 2's slices)
+  // alone: with EPILOGUE 0 the same point is feasible.
   for (const ParamValues& kernel : std::vector<ParamValues>{
            {{"SCHEDULE", 1}, {"TILE_M", 64}}, {{"SPLIT", 1}}, {{"SWAP_AB", 1}}}) {
-    ParamValues point = kernel;
-    point["STAGES"] = 4;
-    point["EPILOGUE"] = 0;
-    EXPECT_EQ(violation(with(point)), "");
-    point["EPILOGUE"] = 2;
-    EXPECT_NE(violation(with(point)).find("EPILOGUE != 2"), std::string::npos);
+    for (const int epilogue : {2, 3}) {
+      ParamValues point = kernel;
+      point["STAGES"] = 4;
+      point["EPILOGUE"] = 0;
+      EXPECT_EQ(violation(with(point)), "");
+      point["EPILOGUE"] = epilogue;
+      EXPECT_NE(violation(with(point)).find("EPILOGUE < 2"), std::string::npos) << epilogue;
+    }
   }
+}
+
+// EPILOGUE 3 keeps a 16-bit copy of a tile's accumulators in registers until the next tile's
+// first K steps have stored it: half as many registers as the accumulators, so their 128 per
+// thread (a 128 x 256 cooperative tile) at most, in kforge's own loop of one wgmma atom along N.
+// The shared memory is EPILOGUE 2's.
+TEST(SearchSpace, MatmulsDeferredStoreFitsItsRegisterCopy) {
+  const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
+  const Bindings context =
+      context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const auto violation = [&](ParamValues point) {
+    point["EPILOGUE"] = 3;
+    return bf16_violation(f, context, point);
+  };
+  EXPECT_EQ(violation({{"TILE_M", 128}, {"TILE_N", 256}, {"STAGES", 4}, {"SWIZZLE", 8}}), "");
+  EXPECT_EQ(violation({{"TILE_M", 128}, {"TILE_N", 128}, {"STAGES", 6}}), "");
+  // 192 accumulators per thread (the LLM projections' 256-row tiles): no room for 96 more.
+  for (const ParamValues& point :
+       std::vector<ParamValues>{{{"TILE_M", 256}, {"TILE_N", 192}, {"TILE_K", 32}, {"STAGES", 6}},
+                                {{"TILE_M", 256}, {"TILE_N", 176}, {"EPI_N", 16}, {"STAGES", 4}}}) {
+    ParamValues feasible = point;
+    feasible["EPILOGUE"] = 0;
+    EXPECT_EQ(bf16_violation(f, context, feasible), "");
+    EXPECT_NE(violation(point).find("EPILOGUE != 3"), std::string::npos);
+  }
+  EXPECT_NE(violation({{"TILE_M", 128}, {"TILE_N", 256}, {"STAGES", 4}, {"MMA_ORDER", 1}})
+                .find("EPILOGUE != 3"),
+            std::string::npos);
+  EXPECT_EQ(violation({{"TILE_M", 128}, {"TILE_N", 256}, {"STAGES", 4}, {"EPI_STAGES", 4}}), "");
+  EXPECT_NE(
+      violation({{"TILE_M", 128}, {"TILE_N", 256}, {"STAGES", 4}, {"EPI_STAGES", 4}, {"EPI_N", 64}})
+          .find("SMEM_BYTES"),
+      std::string::npos);
 }
 
 // MMA_ORDER 1 splits CUTLASS's tile into two wgmma atoms along its N, each of which must hold
