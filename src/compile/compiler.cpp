@@ -80,19 +80,10 @@ nlohmann::json resources_to_json(const ResourceReport& report) {
                          {"static_shared_bytes", f.static_shared_bytes},
                          {"stack_frame_bytes", f.stack_frame_bytes},
                          {"spill_store_bytes", f.spill_store_bytes},
-                         {"spill_load_bytes", f.spill_load_bytes}});
+                         {"spill_load_bytes", f.spill_load_bytes},
+                         {"serialized_wgmma", f.serialized_wgmma}});
   }
   return functions;
-}
-
-ResourceReport resources_from_json(const nlohmann::json& j) {
-  ResourceReport report;
-  for (const auto& f : j) {
-    report.functions.push_back({f.at("function"), f.at("registers"), f.at("static_shared_bytes"),
-                                f.at("stack_frame_bytes"), f.at("spill_store_bytes"),
-                                f.at("spill_load_bytes")});
-  }
-  return report;
 }
 
 std::string unique_suffix() {
@@ -126,11 +117,19 @@ bool ResourceReport::spills() const {
     return f.spill_store_bytes > 0 || f.spill_load_bytes > 0;
   });
 }
+std::string ResourceReport::serialized_wgmma() const {
+  for (const auto& f : functions) {
+    if (!f.serialized_wgmma.empty()) return f.serialized_wgmma;
+  }
+  return {};
+}
 std::string ResourceReport::summary() const {
   if (functions.empty()) return "no GPU resource report (CPU module)";
-  return fmt::format("regs {}, smem {} B, stack {} B, {}", max_registers(),
+  const std::string serialized = serialized_wgmma();
+  return fmt::format("regs {}, smem {} B, stack {} B, {}{}", max_registers(),
                      max_static_shared_bytes(), max_stack_frame_bytes(),
-                     spills() ? "SPILLS" : "no spills");
+                     spills() ? "SPILLS" : "no spills",
+                     serialized.empty() ? "" : ", WGMMA SERIALIZED (" + serialized + ")");
 }
 
 ResourceReport parse_ptxas_report(const std::string& log) {
@@ -139,13 +138,20 @@ ResourceReport parse_ptxas_report(const std::string& log) {
       R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
   static const std::regex used_re(R"(Used (\d+) registers)");
   static const std::regex smem_re(R"((\d+) bytes smem)");
+  // ptxas prints these before the functions' properties, naming the function.
+  static const std::regex serialized_re(
+      R"(Potential Performance Loss: wgmma\.mma_async instructions are serialized due to (.+?) in the function '([^']+)')");
+  std::vector<std::pair<std::string, std::string>> serialized;  // (function, reason)
   ResourceReport report;
   std::istringstream in(log);
   std::string line;
   FunctionResources* current = nullptr;
   while (std::getline(in, line)) {
     std::smatch m;
-    if (std::regex_search(line, m, function_re)) {
+    if (std::regex_search(line, m, serialized_re)) {
+      // ptxas doubles a space inside some of its reasons.
+      serialized.emplace_back(m[2], std::regex_replace(std::string(m[1]), std::regex("  +"), " "));
+    } else if (std::regex_search(line, m, function_re)) {
       report.functions.push_back({});
       current = &report.functions.back();
       current->function = m[1];
@@ -157,6 +163,16 @@ ResourceReport parse_ptxas_report(const std::string& log) {
       current->registers = std::stoi(m[1]);
       if (std::regex_search(line, m, smem_re)) current->static_shared_bytes = std::stoll(m[1]);
     }
+  }
+  for (const auto& [function, reason] : serialized) {
+    auto it = std::find_if(report.functions.begin(), report.functions.end(),
+                           [&](const FunctionResources& f) { return f.function == function; });
+    if (it == report.functions.end()) {
+      report.functions.push_back({});
+      it = std::prev(report.functions.end());
+      it->function = function;
+    }
+    if (it->serialized_wgmma.empty()) it->serialized_wgmma = reason;
   }
   return report;
 }
@@ -341,8 +357,9 @@ CompileResult Compiler::compile(const KernelFile& file, const Variant& variant) 
     result.module = module;
     result.log = read_file(entry / "build.log");
     result.command = read_file(entry / "command.txt");
-    result.resources =
-        resources_from_json(nlohmann::json::parse(read_file(entry / "resources.json")));
+    // From the compiler's own output, so that an entry built before kforge read some part of
+    // it reports that part too.
+    result.resources = parse_ptxas_report(result.log);
     return result;
   }
 

@@ -24,6 +24,11 @@ struct FunctionResources {
   long long stack_frame_bytes = 0;  // local memory per thread
   long long spill_store_bytes = 0;
   long long spill_load_bytes = 0;
+  // Why ptxas serializes the function's wgmma instructions ("Potential Performance Loss"),
+  // empty when it does not: each then waits for the one before, which costs a tensor-core
+  // kernel a large part of its speed (e.g. reading one accumulator's registers while another
+  // wgmma of the same stage is in flight, legal PTX).
+  std::string serialized_wgmma;
 };
 
 struct ResourceReport {
@@ -32,10 +37,12 @@ struct ResourceReport {
   long long max_static_shared_bytes() const;
   long long max_stack_frame_bytes() const;
   bool spills() const;
+  // The first function's reason why ptxas serializes its wgmma instructions; empty if none.
+  std::string serialized_wgmma() const;
   std::string summary() const;  // "regs 32, smem 128 B, stack 0 B, no spills" or "n/a (cpu)"
 };
 
-// Parses ptxas -v output.
+// Parses ptxas -v output (and its performance notes about wgmma).
 ResourceReport parse_ptxas_report(const std::string& log);
 
 struct CompileResult {

@@ -66,6 +66,9 @@ std::optional<std::string> post_compile_rejection(const ResourceReport& resource
   if (occupancy) occupancy->reset();
   if (resources.functions.empty()) return std::nullopt;  // the CPU backend reports none
   if (resources.spills()) return "spills registers to local memory";
+  if (const std::string why = resources.serialized_wgmma(); !why.empty()) {
+    return fmt::format("ptxas serializes its wgmma instructions ({})", why);
+  }
   const long long shared = resources.max_static_shared_bytes() + launch.dynamic_shared_bytes;
   if (shared > device.max_shared_per_block) {
     return fmt::format("static + dynamic shared memory > the device's {} bytes per block",

@@ -91,6 +91,31 @@ TEST_F(CompilerTest, CachesAndInvalidates) {
   EXPECT_TRUE(fs::is_empty(options_.cache_dir / "tmp"));
 }
 
+// A cache hit reads the resources from the compiler's log kept with the module, so an entry
+// built before kforge read some note of ptxas's (here: serialized wgmma) reports it too.
+TEST_F(CompilerTest, ACacheHitReadsTheCompilersLogAgain) {
+  const Compiler compiler(options_);
+  const KernelFile file = write_kernel(kSource);
+  const Variant v = Variant::make(file, {{"SCALE", 1}}, DType::f32, "host");
+  const CompileResult first = compiler.compile(file, v);
+  ASSERT_TRUE(first.ok) << first.log;
+  EXPECT_TRUE(first.resources.functions.empty()) << "a CPU module has no ptxas report";
+
+  const fs::path log = first.module.parent_path() / "build.log";
+  ASSERT_TRUE(fs::exists(log));
+  std::ofstream(log, std::ios::app)
+      << "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are "
+         "serialized due to a reason in the function '_Z1kv'\n"
+         "ptxas info    : Function properties for _Z1kv\n"
+         "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+         "ptxas info    : Used 168 registers, used 16 barriers\n";
+  const CompileResult again = compiler.compile(file, v);
+  ASSERT_TRUE(again.from_cache);
+  ASSERT_EQ(again.resources.functions.size(), 1u);
+  EXPECT_EQ(again.resources.functions[0].registers, 168);
+  EXPECT_EQ(again.resources.serialized_wgmma(), "a reason");
+}
+
 TEST_F(CompilerTest, ReportsCompilerLogOnFailure) {
   const Compiler compiler(options_);
   const KernelFile file = write_kernel(std::string(kSource) + "this is not C++;\n");
@@ -167,6 +192,37 @@ ptxas info    : Used 12 registers, used 0 barriers, 368 bytes cmem[0]
   EXPECT_EQ(r.max_registers(), 40);
   EXPECT_TRUE(r.spills());
   EXPECT_EQ(r.functions[1].static_shared_bytes, 0);
+  EXPECT_EQ(r.serialized_wgmma(), "");
+  EXPECT_EQ(r.summary().find("WGMMA"), std::string::npos);
+}
+
+// ptxas's note that it serializes a function's wgmma instructions (as ptxas 13.0 prints it, the
+// doubled space included) comes before the function's properties and names it.
+TEST(PtxasReport, NotesSerializedWgmma) {
+  const std::string log =
+      "ptxas info    : (C7519) warpgroup.arrive is injected in around line 1452 by compiler to "
+      "allow use of registers in GMMA in function '_Z4gemmv'\n"
+      "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are "
+      "serialized due to non wgmma instructions reading accumulator registers of  a wgmma "
+      "between start and end of the pipeline stage in the function '_Z4gemmv'\n"
+      "ptxas info    : Function properties for _Z5otherv\n"
+      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 74 registers, used 1 barriers\n"
+      "ptxas info    : Function properties for _Z4gemmv\n"
+      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 16 barriers\n";
+  const ResourceReport r = parse_ptxas_report(log);
+  ASSERT_EQ(r.functions.size(), 2u);
+  EXPECT_EQ(r.functions[0].serialized_wgmma, "");
+  EXPECT_EQ(r.functions[1].function, "_Z4gemmv");
+  const std::string reason =
+      "non wgmma instructions reading accumulator registers of a wgmma between start and end of "
+      "the pipeline stage";
+  EXPECT_EQ(r.functions[1].serialized_wgmma, reason);
+  EXPECT_EQ(r.serialized_wgmma(), reason);
+  EXPECT_NE(r.summary().find("WGMMA SERIALIZED (" + reason + ")"), std::string::npos)
+      << r.summary();
+  EXPECT_FALSE(r.spills());
 }
 
 // Every CUDA kernel file in the repository, CUTLASS files first (each takes minutes on a CI core;

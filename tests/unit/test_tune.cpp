@@ -430,6 +430,10 @@ TEST(Occupancy, RejectionsAfterCompiling) {
             "static + dynamic shared memory > the device's 232448 bytes per block");
   EXPECT_EQ(post_compile_rejection(resources(128), {256, 0, 1}, d, 50, &occ),
             "theoretical occupancy < 50%");
+  ResourceReport serialized = resources(168);
+  serialized.functions[0].serialized_wgmma = "a reason";
+  EXPECT_EQ(post_compile_rejection(serialized, {384, 0, 1}, d, 0, &occ),
+            "ptxas serializes its wgmma instructions (a reason)");
   EXPECT_EQ(post_compile_rejection(resources(64), {256, 0, 1}, d, 50, &occ), std::nullopt);
   ASSERT_TRUE(occ);
   EXPECT_DOUBLE_EQ(occ->fraction, 0.5);
