@@ -672,7 +672,7 @@ class Kernel : public Base {
   using Store = warp_group_epilogue::Store;
 
   static constexpr int kConsumerThreads = 256;  // two consumer warp groups, one tile
-  // The 16-bit stash takes half as many registers as the accumulators: 192 at a 128 x 256
+  // The accumulators and their 16-bit copy take 128 + 64 registers per thread at a 128 x 256
   // tile. The producer warp group needs few (CUTLASS gives it 24 under heavy pressure).
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
