@@ -785,7 +785,7 @@ class Kernel : public Base {
     static_assert(size<0>(decltype(acc){}) == 4 * kChunks, "TILE_N / 2 values per atom");
 
     Store store(params.epilogue);
-    auto slices_d = store.slices_of_d(problem, 0);
+    auto slices_d = store.slices_of_d(problem, 0);  // kforge_run's problems are one batch
     int slice_row[kAtoms];  // each atom's first 64-row slice, once the tile's row is added
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kAtoms; ++i) {
@@ -834,6 +834,8 @@ class Kernel : public Base {
 
     for (auto work = scheduler.initial_work_tile_info(ClusterShape{}); work.is_valid();
          work = get<0>(scheduler.fetch_next_work(work))) {
+      // At least 1: kforge_run never sends K == 0 here (C is zeroed instead), so every tile's
+      // last step below has a stage to release and its accumulators are written.
       const int k_tiles = TileScheduler::get_work_k_tile_count(work, problem, TileShape{});
       // The first kStashSlices steps, each with a slice of the previous tile.
       CUTLASS_PRAGMA_UNROLL

@@ -140,7 +140,8 @@ ResourceReport parse_ptxas_report(const std::string& log) {
   static const std::regex smem_re(R"((\d+) bytes smem)");
   // ptxas prints these before the functions' properties, naming the function.
   static const std::regex serialized_re(
-      R"(Potential Performance Loss: wgmma\.mma_async instructions are serialized due to (.+?) in the function '([^']+)')");
+      R"(Potential Performance Loss: wgmma\.mma_async instructions are serialized due to (.+?) in (?:the )?function '([^']+)')");
+  static const std::regex repeated_spaces("  +");
   std::vector<std::pair<std::string, std::string>> serialized;  // (function, reason)
   ResourceReport report;
   std::istringstream in(log);
@@ -150,7 +151,7 @@ ResourceReport parse_ptxas_report(const std::string& log) {
     std::smatch m;
     if (std::regex_search(line, m, serialized_re)) {
       // ptxas doubles a space inside some of its reasons.
-      serialized.emplace_back(m[2], std::regex_replace(std::string(m[1]), std::regex("  +"), " "));
+      serialized.emplace_back(m[2], std::regex_replace(std::string(m[1]), repeated_spaces, " "));
     } else if (std::regex_search(line, m, function_re)) {
       report.functions.push_back({});
       current = &report.functions.back();
@@ -351,7 +352,10 @@ CompileResult Compiler::compile(const KernelFile& file, const Variant& variant) 
   const std::string key = cache_key(file, variant);
   const fs::path entry = options_.cache_dir / "modules" / key;
   const fs::path module = entry / "module.so";
-  if (fs::exists(entry / "resources.json") && fs::exists(module)) {
+  // The compiler's log is where the resources are read from (below), so an entry without it
+  // is built again rather than reported with none.
+  if (fs::exists(entry / "resources.json") && fs::exists(module) &&
+      fs::exists(entry / "build.log")) {
     result.ok = true;
     result.from_cache = true;
     result.module = module;

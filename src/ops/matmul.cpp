@@ -29,15 +29,19 @@ std::vector<SizeCase> matmul_test_sizes() {
 }
 
 // The first six have N or K off a multiple of 8, which a TMA kernel cannot address: they test a
-// tensor-core file's plain path. The last three are TMA-aligned but cut every tile short, so the
+// tensor-core file's plain path. The next three are TMA-aligned but cut every tile short, so the
 // fast path's own edges are tested too: M, N and K each a partial tile (1000 = 7 x 128 + 104,
 // 1064 = 4 x 256 + 40, 520 = 8 x 64 + 8), fewer rows than one 64-row wgmma atom, and one row.
+// The last has more tiles than an H100 or H200 has SMs (160 of 128 x 256), each of two K steps
+// and the last along N a partial one (1088 = 4 x 256 + 64): a persistent kernel's block runs
+// several tiles shorter than anything it overlaps across tiles (matmul_wgmma.cu's EPILOGUE 3
+// stores a tile's slices during the next tile's first eight K steps).
 std::vector<SizeCase> matmul_edge_sizes() {
   return {{"edge_1023", mnk(1023, 1023, 1023)},   {"edge_4097", mnk(4097, 4097, 512)},
           {"edge_1537", mnk(1537, 1537, 1537)},   {"one_row", mnk(1, 777, 129)},
           {"one_col", mnk(333, 1, 65)},           {"odd_k", mnk(65, 67, 3)},
           {"ragged_tiles", mnk(1000, 1064, 520)}, {"short_m", mnk(40, 264, 64)},
-          {"one_row_aligned", mnk(1, 776, 136)}};
+          {"one_row_aligned", mnk(1, 776, 136)},  {"shallow_k", mnk(4096, 1088, 128)}};
 }
 
 double matmul_max_input_magnitude(const Sizes& sizes, DType dtype) {

@@ -114,6 +114,12 @@ TEST_F(CompilerTest, ACacheHitReadsTheCompilersLogAgain) {
   ASSERT_EQ(again.resources.functions.size(), 1u);
   EXPECT_EQ(again.resources.functions[0].registers, 168);
   EXPECT_EQ(again.resources.serialized_wgmma(), "a reason");
+
+  // Without its log an entry is built again, not reported with no resources.
+  fs::remove(log);
+  const CompileResult rebuilt = compiler.compile(file, v);
+  ASSERT_TRUE(rebuilt.ok) << rebuilt.log;
+  EXPECT_FALSE(rebuilt.from_cache);
 }
 
 TEST_F(CompilerTest, ReportsCompilerLogOnFailure) {
@@ -305,6 +311,8 @@ TEST_P(KernelCompiles, ForSm90aInItsFirstDtype) {
   const CompileResult r = Compiler(options).compile(file, variant);
   EXPECT_TRUE(r.ok) << variant.describe() << "\n" << r.log;
   EXPECT_FALSE(r.resources.functions.empty()) << variant.describe();
+  // A file whose defaults ptxas serializes would have every tune reject them (occupancy.cpp).
+  EXPECT_EQ(r.resources.serialized_wgmma(), "") << variant.describe();
   std::cout << variant.describe() << ": " << r.seconds << " s\n";
   if (r.ok && is_library_file(GetParam())) {
     const std::vector<std::string> shared = symbols_shared_between_variants(r.module, file.source);
