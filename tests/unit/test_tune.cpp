@@ -225,13 +225,20 @@ std::string bf16_violation(const KernelFile& f, const Bindings& context,
   return first_violation(f, all, test::hopper_device());
 }
 
+// matmul_wgmma.cu as the library ships it, and a Hopper GPU's limits with the 4096^3 problem.
+KernelFile matmul_wgmma() {
+  return KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
+}
+Bindings hopper_at_4096_cubed() {
+  return context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+}
+
 // matmul_wgmma.cu's SWAP_AB hands CUTLASS the transposed tile, so the cooperative schedule's
 // 128-row pairs fall on C's columns (TILE_N) instead of its rows (TILE_M). The rules are read
 // from the file's header, on the host.
 TEST(SearchSpace, MatmulsSwappedTileTakesTheCooperativeRuleOnItsColumns) {
-  const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
-  const Bindings context =
-      context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const KernelFile f = matmul_wgmma();
+  const Bindings context = hopper_at_4096_cubed();
   const auto violation = [&](const ParamValues& overrides) {
     return bf16_violation(f, context, overrides);
   };
@@ -253,9 +260,8 @@ TEST(SearchSpace, MatmulsSwappedTileTakesTheCooperativeRuleOnItsColumns) {
 // 227 KB, a fifth mainloop stage beside them does not, and the register-store epilogue, which
 // has no buffers, takes only the dedupe value.
 TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
-  const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
-  const Bindings context =
-      context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const KernelFile f = matmul_wgmma();
+  const Bindings context = hopper_at_4096_cubed();
   const auto violation = [&](const ParamValues& overrides) {
     return bf16_violation(f, context, overrides);
   };
@@ -306,9 +312,8 @@ TEST(SearchSpace, MatmulsEpilogueBuffersCountAgainstSharedMemory) {
 // thread (a 128 x 256 cooperative tile) at most, in kforge's own loop of one wgmma atom along N.
 // The shared memory is EPILOGUE 2's.
 TEST(SearchSpace, MatmulsDeferredStoreFitsItsRegisterCopy) {
-  const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
-  const Bindings context =
-      context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const KernelFile f = matmul_wgmma();
+  const Bindings context = hopper_at_4096_cubed();
   const auto violation = [&](ParamValues point) {
     point["EPILOGUE"] = 3;
     return bf16_violation(f, context, point);
@@ -339,9 +344,8 @@ TEST(SearchSpace, MatmulsDeferredStoreFitsItsRegisterCopy) {
 // 160-224 wide (the LLM projections' rows) and 64 keep CUTLASS's order; swapped, CUTLASS's N is
 // C's TILE_M.
 TEST(SearchSpace, MatmulsSplitAccumulatorNeedsWholeAtomsPerHalf) {
-  const KernelFile f = KernelFile::load(test::kernels_dir() + "/matmul/matmul_wgmma.cu");
-  const Bindings context =
-      context_for(test::hopper_device(), {{"M", 4096}, {"N", 4096}, {"K", 4096}});
+  const KernelFile f = matmul_wgmma();
+  const Bindings context = hopper_at_4096_cubed();
   const auto violation = [&](ParamValues point, int mma_order) {
     point["MMA_ORDER"] = mma_order;
     return bf16_violation(f, context, point);
