@@ -17,6 +17,7 @@
  * param: SWAP_AB = 0 in {0, 1}
  * param: EPI_STAGES = 2 in {2, 3, 4}
  * param: MMA_ORDER = 0 in {0, 1}
+ * param: TAIL = 0 in {0, 1}
  * # CUTLASS's tile: C's TILE_M x TILE_N, or with SWAP_AB 1 (the product computed as
  * # C^T = B^T A^T) its transpose, TILE_N x TILE_M.
  * derive: GEMM_TILE_M = SWAP_AB == 1 ? TILE_N : TILE_M
@@ -48,6 +49,8 @@
  * # copy of the accumulators in registers, half as many as they are) runs kforge's own K loop
  * # with CUTLASS's atoms, one wgmma atom wide.
  * require: EPILOGUE != 3 || (MMA_ORDER == 0 && ACC_REGS <= 128)
+ * # TAIL 1 (the last, part-filled wave's tiles split along K) is EPILOGUE 3's loop.
+ * require: TAIL == 0 || EPILOGUE == 3
  * # MMA_ORDER 1 splits CUTLASS's tile into two wgmma atoms along its N. B is N-major (unless
  * # swapped) in shared-memory atoms up to 64 elements wide, and each half must hold whole atoms.
  * require: MMA_ORDER == 0 || GEMM_TILE_N % 128 == 0
@@ -66,8 +69,11 @@
  * let: BAND = min(SWIZZLE, WIDEST_BAND)
  * let: SLOTS_M = ceil_div(TILES_M, BAND * CLUSTER_M) * BAND * CLUSTER_M
  * let: SLOTS_N = ceil_div(TILES_N, BAND * CLUSTER_N) * BAND * CLUSTER_N
- * busy: ceil_div(SLOTS_M * SLOTS_N, sm_count) * TILE_M * TILE_N * K
- * # wgmma and the TMA: Hopper (sm_90a) alone
+ * let: SLOTS = SLOTS_M * SLOTS_N
+ * let: K_STEPS = ceil_div(K, TILE_K)
+ * let: SPLIT_TAIL = TAIL == 1 && SLOTS > sm_count
+ * let: BUSY_STEPS = SPLIT_TAIL ? ceil_div(SLOTS * K_STEPS, sm_count) : ceil_div(SLOTS, sm_count) *
+ * K_STEPS busy: BUSY_STEPS * TILE_M * TILE_N * TILE_K # wgmma and the TMA: Hopper (sm_90a) alone
  * require: cc == 90
  * uses: cutlass
  */
@@ -126,9 +132,10 @@
 // TMA's zero fill. The library scales a table row's time by the line to a size that has no row
 // of its own. A row tuned where its tile divides the shape well can leave a third of another
 // shape's last tile and wave empty (Llama's down projection, N 2048, in 192-wide tiles: 0.70x
-// cuBLAS, against 0.98x in 256-wide ones), and a wide band can add a wave of empty slots. Not
-// modelled: stream-K's split of the last wave (SPLIT 1), and clusters of 4, of which fewer fit
-// than 132 SMs would hold (see CLUSTER_M/N below).
+// cuBLAS, against 0.98x in 256-wide ones), and a wide band can add a wave of empty slots. With
+// TAIL 1 the slots past the last whole wave count as K steps shared evenly. Not modelled: the
+// cost of TAIL's partial sums, stream-K's split of the last wave (SPLIT 1), and clusters of 4,
+// of which fewer fit than 132 SMs would hold (see CLUSTER_M/N below).
 //
 // The kernel's host setup (cudaFuncSetAttribute, the clusters-per-device query) happens on a
 // device's first call; later calls only encode the TMA descriptors and launch, so they can be
@@ -177,6 +184,13 @@
 //                    along its N).
 //   SWIZZLE          width of the raster bands, in tiles (CUTLASS's max_swizzle_size).
 //   SPLIT            0 = persistent data-parallel scheduler, 1 = stream-K scheduler.
+//   TAIL             1 (EPILOGUE 3 only) = the tiles past the last whole wave split along K
+//                    over every cluster, in equal runs of K steps, with the sums of a tile's
+//                    later pieces added by the block that has its first (see Schedule below).
+//                    At 4096^3, 512 tiles on 132 SMs leave the last wave 88% full; split, it
+//                    costs 88% of a wave's K steps plus one tile of partial sums written and
+//                    read per block. Unlike SPLIT 1's forced split, only that wave is cut, and
+//                    the flags are left at zero by each call, with no memset.
 //   SWAP_AB          1 = compute C^T = B^T A^T. B^T becomes the wgmma's first operand, read
 //                    MN-major, and A^T its second, read K-major; C is written as a column-major
 //                    C^T. The cooperative warp groups then split C's columns instead of its
@@ -656,13 +670,36 @@ using CutlassKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Collect
 namespace deferred_store {
 
 using namespace cute;
+using warp_group_epilogue::kRows;
+
+// TAIL 1: the tiles of a last, part-filled wave shared out along K. A block first takes its
+// whole tiles, as CUTLASS's persistent scheduler hands them out (linear index `first`, then
+// every `blocks` further, below `whole`). The cluster tiles left over are then laid end to
+// end, K steps within each, and cut into one run of equal length per cluster, so no cluster
+// idles while others finish the last wave. A tile cut into pieces is finished by the cluster
+// whose run holds its first K step: that piece comes at the end of its run. Every other piece
+// comes at the start of its cluster's run (a run is shorter than a tile); its blocks write
+// their fp32 sums to the workspace and raise a flag, which the finishing block waits for,
+// adds, and lowers again, so each call leaves the flags at zero as it found them.
+struct Schedule {
+  int whole;     // tiles taken whole: CUTLASS's linear tile indices below this
+  int blocks;    // in the grid
+  int clusters;  // in the grid
+  int k_tiles;   // K steps of a tile
+  int units;     // K steps of the tail's cluster tiles, laid end to end; 0: no tail
+
+  // The first of `cluster`'s K steps in the tail (cluster == clusters: the end).
+  CUTLASS_DEVICE int run_start(int cluster) const {
+    return int(int64_t(units) * cluster / clusters);
+  }
+};
 
 template <class Base>
 class Kernel : public Base {
  public:
+  using typename Base::Arguments;
   using typename Base::ClusterShape;
   using typename Base::CollectiveMainloop;
-  using typename Base::Params;
   using typename Base::SharedStorage;
   using typename Base::TiledMma;
   using typename Base::TileScheduler;
@@ -673,11 +710,76 @@ class Kernel : public Base {
 
   static constexpr int kConsumerThreads = 256;  // two consumer warp groups, one tile
   // The accumulators and their 16-bit copy take 128 + 64 registers per thread at a 128 x 256
-  // tile. The producer warp group needs few (CUTLASS gives it 24 under heavy pressure).
-  static constexpr int kProducerRegisters = 24;
+  // tile. The producer warp group needs few: CUTLASS gives it 24 under heavy pressure, and
+  // TAIL's schedule spills 4 bytes there at 24 (nvcc 13.0).
+  static constexpr int kProducerRegisters = 32;
   static constexpr int kConsumerRegisters = 240;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 65536,
                 "one block's registers");
+  static constexpr int kBlockSize = size(ClusterShape{});
+  static constexpr size_t kTileFloats = size_t(size<0>(TileShape{})) * size<1>(TileShape{});
+  // The consumers' barrier around a partial sum's flag (a CUTLASS id reserved for stream-K).
+  using Flags = cutlass::GenericBarrier<cutlass::detail::NamedBarrierSync<
+      kConsumerThreads, int(cutlass::arch::ReservedNamedBarriers::StreamkBarrier0)>>;
+
+  // CUTLASS's parameters, and (TAIL 1) the workspace's flags, one per block, and partial sums,
+  // one tile per block, after CUTLASS's own part of it.
+  struct Params : Base::Params {
+    int* flags = nullptr;
+    float* partials = nullptr;
+  };
+
+  static size_t tail_flag_bytes(Arguments const& args) {
+    return cutlass::round_nearest(size_t(args.hw_info.sm_count) * sizeof(int), 128);
+  }
+  static size_t get_workspace_size(Arguments const& args) {
+    size_t bytes = Base::get_workspace_size(args);
+    if constexpr (TAIL == 1) {
+      bytes += tail_flag_bytes(args) + size_t(args.hw_info.sm_count) * kTileFloats * sizeof(float);
+    }
+    return bytes;
+  }
+  // The schedule counts tiles in an int (its tiles: CUTLASS's, rounded up to whole bands of
+  // 8 clusters at most along each axis).
+  static bool can_implement(Arguments const& args) {
+    const auto [m, n, k, l] = args.problem_shape;
+    const int64_t band_m = 8 * size<0>(ClusterShape{}), band_n = 8 * size<1>(ClusterShape{});
+    const int64_t tiles_m = ceil_div(ceil_div(int64_t(m), size<0>(TileShape{})), band_m) * band_m;
+    const int64_t tiles_n = ceil_div(ceil_div(int64_t(n), size<1>(TileShape{})), band_n) * band_n;
+    return Base::can_implement(args) && tiles_m * tiles_n * l <= INT32_MAX;
+  }
+  // The flags are zeroed once for each buffer (kf::Workspace keeps one per device, of this
+  // size from the first call on); every call lowers the flags it raised, so they stay zero.
+  static cutlass::Status initialize_workspace(Arguments const& args, void* workspace = nullptr,
+                                              cudaStream_t stream = nullptr,
+                                              cutlass::CudaHostAdapter* adapter = nullptr) {
+    const cutlass::Status status = Base::initialize_workspace(args, workspace, stream, adapter);
+    if constexpr (TAIL == 1) {
+      constexpr int kMaxDevices = 64;
+      static void* zeroed[kMaxDevices] = {};
+      const int device = args.hw_info.device_id;
+      void* flags = static_cast<uint8_t*>(workspace) + Base::get_workspace_size(args);
+      if (status != cutlass::Status::kSuccess) return status;
+      if (device < 0 || device >= kMaxDevices) return cutlass::Status::kErrorInternal;
+      if (zeroed[device] != flags) {
+        if (cudaMemsetAsync(flags, 0, tail_flag_bytes(args), stream) != cudaSuccess) {
+          return cutlass::Status::kErrorInternal;
+        }
+        zeroed[device] = flags;
+      }
+    }
+    return status;
+  }
+  static Params to_underlying_arguments(Arguments const& args, void* workspace) {
+    Params params;
+    static_cast<typename Base::Params&>(params) = Base::to_underlying_arguments(args, workspace);
+    if constexpr (TAIL == 1) {
+      auto* tail = static_cast<uint8_t*>(workspace) + Base::get_workspace_size(args);
+      params.flags = reinterpret_cast<int*>(tail);
+      params.partials = reinterpret_cast<float*>(tail + tail_flag_bytes(args));
+    }
+    return params;
+  }
 
   CUTLASS_DEVICE void operator()(Params const& params, char* smem) {
     auto& shared = *reinterpret_cast<SharedStorage*>(smem);
@@ -710,20 +812,80 @@ class Kernel : public Base {
     auto problem = append<4>(params.problem_shape, Int<1>{});
     CollectiveMainloop mainloop;
     auto inputs = mainloop.load_init(problem, params.mainloop);
-    TileScheduler scheduler{params.scheduler};
+    const Schedule schedule = make_schedule(params, problem);
     if constexpr (size(ClusterShape{}) > 1) cluster_wait();
 
     if (warp_group == 0) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
-      if (warp == 0) load_tiles(params, pipeline, mainloop, inputs, problem, scheduler, shared);
+      if (warp == 0) load_tiles(params, pipeline, mainloop, inputs, schedule, shared);
     } else {
       cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
-      compute_tiles(params, pipeline, problem, scheduler, shared,
+      compute_tiles(params, pipeline, problem, schedule, shared,
                     int(threadIdx.x) - cutlass::NumThreadsPerWarpGroup);
     }
   }
 
  private:
+  // This block's first linear tile index, as CUTLASS's scheduler numbers its blocks: the blocks
+  // of one cluster hold kBlockSize consecutive indices.
+  CUTLASS_DEVICE static int first_tile(Params const& params) {
+    if (params.scheduler.raster_order_ == TileScheduler::RasterOrder::AlongN) {
+      return int(blockIdx.x + blockIdx.y * gridDim.x);
+    }
+    return int(blockIdx.x * gridDim.y + blockIdx.y);
+  }
+
+  template <class Problem>
+  CUTLASS_DEVICE static Schedule make_schedule(Params const& params, Problem const& problem) {
+    // can_implement bounds it to an int; CUTLASS's padding included.
+    const int tiles = int(params.scheduler.blocks_per_problem_);
+    Schedule schedule;
+    schedule.blocks = int(gridDim.x * gridDim.y * gridDim.z);
+    schedule.clusters = schedule.blocks / kBlockSize;
+    schedule.k_tiles = int(ceil_div(get<2>(problem), size<2>(TileShape{})));
+    schedule.whole = tiles;
+    schedule.units = 0;
+    // A tail only past a whole wave (a grid of fewer tiles than blocks has none), while the
+    // workspace has a slot for every block and its K steps count in an int.
+    const int tail = tiles % schedule.blocks;
+    const int64_t units = int64_t(tail / kBlockSize) * schedule.k_tiles;
+    if (TAIL == 1 && params.flags != nullptr && tiles > schedule.blocks && tail != 0 &&
+        schedule.blocks <= params.hw_info.sm_count && units <= INT32_MAX / schedule.clusters) {
+      schedule.whole = tiles - tail;
+      schedule.units = int(units);
+    }
+    return schedule;
+  }
+
+  // Calls work(tile, k_begin, k_end) for each piece of work of this block in order: its whole
+  // tiles (all their K steps), then its cluster's run of the tail. The scheduler is made where
+  // it is used: one kept across the loops would hold registers that the K loop needs.
+  template <class Work>
+  CUTLASS_DEVICE static void for_each_work(Params const& params, Schedule const& schedule,
+                                           Work&& work) {
+    const int first = first_tile(params);
+    const int cluster = first / kBlockSize, rank = first % kBlockSize;
+    int linear = first;                      // the next whole tile
+    int unit = schedule.run_start(cluster);  // the next K step of the tail
+    const int end = schedule.run_start(cluster + 1);
+    // One loop, so that `work` is inlined once.
+    while (true) {
+      int k_begin = 0, k_end = schedule.k_tiles;
+      int tile = linear;
+      if (linear < schedule.whole) {
+        linear += schedule.blocks;
+      } else if (unit < end) {
+        k_begin = unit % schedule.k_tiles;
+        k_end = min(schedule.k_tiles, k_begin + (end - unit));
+        tile = schedule.whole + unit / schedule.k_tiles * kBlockSize + rank;
+        unit += k_end - k_begin;
+      } else {
+        break;
+      }
+      work(TileScheduler{params.scheduler}.get_current_work_for_linear_idx(tile), k_begin, k_end);
+    }
+  }
+
   // (m, n, _, l): the tile's coordinates as the collectives take them.
   template <class Inputs>
   CUTLASS_DEVICE static auto tile_coord(typename TileScheduler::WorkTileInfo const& work,
@@ -733,26 +895,24 @@ class Kernel : public Base {
                       idx2crd(work.L_idx, shape<4>(get<1>(inputs))));
   }
 
-  // The producer warp: every tile's K slices of A and B into the ring, as CUTLASS's kernel.
-  template <class Inputs, class Problem>
+  // The producer warp: every piece's K slices of A and B into the ring, as CUTLASS's kernel.
+  template <class Inputs>
   CUTLASS_DEVICE void load_tiles(Params const& params, Pipeline& pipeline,
                                  CollectiveMainloop& mainloop, Inputs const& inputs,
-                                 Problem const& problem, TileScheduler& scheduler,
-                                 SharedStorage& shared) {
+                                 Schedule const& schedule, SharedStorage& shared) {
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-    for (auto work = scheduler.initial_work_tile_info(ClusterShape{}); work.is_valid();
-         work = get<0>(scheduler.fetch_next_work(work))) {
-      const int k_tiles = TileScheduler::get_work_k_tile_count(work, problem, TileShape{});
+    for_each_work(params, schedule, [&](auto const& work, int k_begin, int k_end) {
+      const auto k_tiles = shape<3>(get<0>(inputs));
       mainloop.load(params.mainloop, pipeline, write, inputs, tile_coord(work, inputs),
-                    make_coord_iterator(shape<3>(get<0>(inputs))), k_tiles,
+                    make_coord_iterator(idx2crd(k_begin, k_tiles), k_tiles), k_end - k_begin,
                     cutlass::canonical_lane_idx(), block_rank_in_cluster(),
                     shared.tensors.mainloop);
-      write.advance(k_tiles);
-    }
+      write.advance(k_end - k_begin);
+    });
     mainloop.load_tail(pipeline, write);  // the consumers have released every stage
   }
 
-  // The consumer warp groups (`thread`: 0-255): each tile's wgmmas, with the previous tile's
+  // The consumer warp groups (`thread`: 0-255): each piece's wgmmas, with the previous tile's
   // slices stored between its first K steps.
   //
   // The conversion at a tile's end waits for the tile's last wgmma, and the next tile's first
@@ -763,7 +923,7 @@ class Kernel : public Base {
   // pipeline stage"): 17-20% slower at 4096^3 on an H200. So the accumulators stay one atom.
   template <class Problem>
   CUTLASS_DEVICE void compute_tiles(Params const& params, Pipeline& pipeline,
-                                    Problem const& problem, TileScheduler& scheduler,
+                                    Problem const& problem, Schedule const& schedule,
                                     SharedStorage& shared, int thread) {
     using Mainloop = CollectiveMainloop;
     Tensor sA = make_tensor(make_smem_ptr(shared.tensors.mainloop.smem_A.data()),
@@ -789,7 +949,7 @@ class Kernel : public Base {
     int slice_row[kAtoms];  // each atom's first 64-row slice, once the tile's row is added
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kAtoms; ++i) {
-      slice_row[i] = Store::atom_first_row(tiled_mma, TileShape{}, thread, i) / 64;
+      slice_row[i] = Store::atom_first_row(tiled_mma, TileShape{}, thread, i) / kRows;
     }
     // The previous tile's values, 16 bits each, two to a register, and where they go.
     uint32_t stash[kAtoms][kChunks][2] = {};
@@ -808,7 +968,7 @@ class Kernel : public Base {
       pipeline.consumer_release(release);
       ++release;
     };
-    // One K step: wait for its stage, issue its wgmmas (a tile's first starts the sums at zero)
+    // One K step: wait for its stage, issue its wgmmas (a piece's first starts the sums at zero)
     // as one group, run `meanwhile` (a slice's stores) while they run, and release the stage of
     // the step before once it has retired.
     auto step = [&](bool first, auto&& meanwhile) {
@@ -832,31 +992,86 @@ class Kernel : public Base {
       ++read;
     };
 
-    for (auto work = scheduler.initial_work_tile_info(ClusterShape{}); work.is_valid();
-         work = get<0>(scheduler.fetch_next_work(work))) {
-      // At least 1: kforge_run never sends K == 0 here (C is zeroed instead), so every tile's
+    // TAIL 1's partial sums: one tile of floats per block, each consumer thread's accumulators
+    // four at a time, so that a warp's 16-byte accesses are consecutive.
+    auto partial = [&](int block) {
+      return reinterpret_cast<float4*>(params.partials + block * kTileFloats) + thread;
+    };
+    static_assert(size(decltype(acc){}) % 4 == 0, "whole float4s");
+    constexpr int kQuads = size(decltype(acc){}) / 4;
+    constexpr int kBatch = 8;
+    static_assert(kQuads % kBatch == 0, "whole batches");
+
+    for_each_work(params, schedule, [&](auto const& work, int k_begin, int k_end) {
+      // At least 1: kforge_run never sends K == 0 here (C is zeroed instead), so every piece's
       // last step below has a stage to release and its accumulators are written.
-      const int k_tiles = TileScheduler::get_work_k_tile_count(work, problem, TileShape{});
+      const int k_steps = k_end - k_begin;
       // The first kStashSlices steps, each with a slice of the previous tile.
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kStashSlices; ++i) {
-        if (i < k_tiles) {
+        if (i < k_steps) {
           step(i == 0, [&] {
             if (stashed) store_stashed_slice(i);
           });
         }
       }
-      CUTLASS_PRAGMA_NO_UNROLL
-      for (int k = kStashSlices; k < k_tiles; ++k)
-        step(false, [] {});
-      // A tile of fewer steps than slices: the rest of the previous tile's slices.
+      // A piece of fewer steps than slices: the rest of the previous tile's slices, here
+      // rather than after the loop below, so that the copy is dead while that loop runs.
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kStashSlices; ++i) {
-        if (stashed && i >= k_tiles) store_stashed_slice(i);
+        if (stashed && i >= k_steps) store_stashed_slice(i);
       }
+      stashed = false;
+      CUTLASS_PRAGMA_NO_UNROLL
+      for (int k = kStashSlices; k < k_steps; ++k)
+        step(false, [] {});
       warpgroup_wait<0>();
       warpgroup_fence_operand(acc);
       release_stage();
+
+      if (k_begin > 0) {  // a later piece of a split tile: its sums go to the finishing block
+        const int block = first_tile(params);
+        float4* out = partial(block);
+        CUTLASS_PRAGMA_UNROLL
+        for (int q = 0; q < kQuads; ++q) {
+          __stcg(out + q * kConsumerThreads,
+                 make_float4(acc(4 * q), acc(4 * q + 1), acc(4 * q + 2), acc(4 * q + 3)));
+        }
+        Flags::arrive_inc(params.flags, thread, block);
+        return;
+      }
+      if (k_end < schedule.k_tiles) {  // the first piece of a split tile: add the others
+        const int first = first_tile(params);
+        const int cluster = first / kBlockSize, rank = first % kBlockSize;
+        // The piece ends before its tile does, so its run does too: the tile's end follows.
+        const int run_end = schedule.run_start(cluster + 1);
+        const int tile_end = ceil_div(run_end, schedule.k_tiles) * schedule.k_tiles;
+        for (int other = cluster + 1;
+             other < schedule.clusters && schedule.run_start(other) < tile_end; ++other) {
+          if (schedule.run_start(other) == schedule.run_start(other + 1)) continue;  // no run
+          const int block = other * kBlockSize + rank;
+          Flags::wait_eq(params.flags, thread, block);
+          if (thread == 0) params.flags[block] = 0;  // for the next call
+          const float4* in = partial(block);
+          // kBatch loads in flight at a time: all of them at once would need another
+          // accumulator's worth of registers.
+          CUTLASS_PRAGMA_UNROLL
+          for (int q0 = 0; q0 < kQuads; q0 += kBatch) {
+            float4 sums[kBatch];
+            CUTLASS_PRAGMA_UNROLL
+            for (int q = 0; q < kBatch; ++q)
+              sums[q] = __ldcg(in + (q0 + q) * kConsumerThreads);
+            CUTLASS_PRAGMA_UNROLL
+            for (int q = 0; q < kBatch; ++q) {
+              acc(4 * (q0 + q)) += sums[q].x;
+              acc(4 * (q0 + q) + 1) += sums[q].y;
+              acc(4 * (q0 + q) + 2) += sums[q].z;
+              acc(4 * (q0 + q) + 3) += sums[q].w;
+            }
+            __syncwarp();  // keeps the next batch's loads after these adds
+          }
+        }
+      }
       CUTLASS_PRAGMA_UNROLL
       for (int atom = 0; atom < kAtoms; ++atom) {
         CUTLASS_PRAGMA_UNROLL
@@ -866,9 +1081,9 @@ class Kernel : public Base {
         }
       }
       stashed = true;
-      stashed_row = work.M_idx * (size<0>(TileShape{}) / 64);
+      stashed_row = work.M_idx * (size<0>(TileShape{}) / kRows);
       stashed_column = work.N_idx * kSlices;
-    }
+    });
     if (stashed) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kStashSlices; ++i)
