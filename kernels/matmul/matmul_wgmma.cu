@@ -71,9 +71,10 @@
  * let: SLOTS_N = ceil_div(TILES_N, BAND * CLUSTER_N) * BAND * CLUSTER_N
  * let: SLOTS = SLOTS_M * SLOTS_N
  * let: K_STEPS = ceil_div(K, TILE_K)
- * let: SPLIT_TAIL = TAIL == 1 && SLOTS > sm_count
- * let: BUSY_STEPS = SPLIT_TAIL ? ceil_div(SLOTS * K_STEPS, sm_count) : ceil_div(SLOTS, sm_count) *
- * K_STEPS busy: BUSY_STEPS * TILE_M * TILE_N * TILE_K # wgmma and the TMA: Hopper (sm_90a) alone
+ * let: WAVE_STEPS = ceil_div(SLOTS, sm_count) * K_STEPS
+ * let: SHARED_STEPS = ceil_div(SLOTS * K_STEPS, sm_count)
+ * busy: (TAIL == 1 && SLOTS > sm_count ? SHARED_STEPS : WAVE_STEPS) * TILE_M * TILE_N * TILE_K
+ * # wgmma and the TMA: Hopper (sm_90a) alone
  * require: cc == 90
  * uses: cutlass
  */
@@ -190,7 +191,7 @@
 //                    At 4096^3, 512 tiles on 132 SMs leave the last wave 88% full; split, it
 //                    costs 88% of a wave's K steps plus one tile of partial sums written and
 //                    read per block. Unlike SPLIT 1's forced split, only that wave is cut, and
-//                    the flags are left at zero by each call, with no memset.
+//                    each call leaves its flags at zero, so no call needs a memset.
 //   SWAP_AB          1 = compute C^T = B^T A^T. B^T becomes the wgmma's first operand, read
 //                    MN-major, and A^T its second, read K-major; C is written as a column-major
 //                    C^T. The cooperative warp groups then split C's columns instead of its
