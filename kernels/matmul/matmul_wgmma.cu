@@ -711,11 +711,14 @@ class Kernel : public Base {
 
   static constexpr int kConsumerThreads = 256;  // two consumer warp groups, one tile
   // The accumulators and their 16-bit copy take 128 + 64 registers per thread at a 128 x 256
-  // tile. The producer warp group needs few: CUTLASS gives it 24 under heavy pressure, and
+  // tile. The producer warp group needs few: CUTLASS gives it 24 under heavy pressure, but
   // TAIL's schedule spills 4 bytes there at 24 (nvcc 13.0).
-  static constexpr int kProducerRegisters = 32;
-  static constexpr int kConsumerRegisters = 240;
-  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <= 65536,
+  static constexpr int kProducerRegisters = 40;
+  static constexpr int kConsumerRegisters = 232;
+  // setmaxnreg moves registers within what the block was launched with (168 per thread, in
+  // steps of 8, at 384 threads); asking for more waits for ever.
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * kConsumerThreads <=
+                    65536 / 384 / 8 * 8 * 384,
                 "one block's registers");
   static constexpr int kBlockSize = size(ClusterShape{});
   static constexpr size_t kTileFloats = size_t(size<0>(TileShape{})) * size<1>(TileShape{});
