@@ -677,11 +677,16 @@ using warp_group_epilogue::kRows;
 // whole tiles, as CUTLASS's persistent scheduler hands them out (linear index `first`, then
 // every `blocks` further, below `whole`). The cluster tiles left over are then laid end to
 // end, K steps within each, and cut into one run of equal length per cluster, so no cluster
-// idles while others finish the last wave. A tile cut into pieces is finished by the cluster
-// whose run holds its first K step: that piece comes at the end of its run. Every other piece
-// comes at the start of its cluster's run (a run is shorter than a tile); its blocks write
-// their fp32 sums to the workspace and raise a flag, which the finishing block waits for,
-// adds, and lowers again, so each call leaves the flags at zero as it found them.
+// idles while others finish the last wave. A run is shorter than a tile, so it holds the end
+// of one tile, the start of the next, or both, and it takes the later tile's piece first. So
+// every cluster walks K from about 0 up, skipping a few steps, and the clusters stay within a
+// few K steps of each other: their loads share L2 as a whole wave's do. (In K order, each
+// cluster would start at its own K offset; at 4096^3 that measured 4.5% slower than no split,
+// at 4096x4096x8192 6%.) A split tile is finished by the cluster whose run holds its last K
+// step, at its run's end; every other piece comes at the start of its cluster's run (or is
+// the whole run), and its blocks write their fp32 sums to the workspace and raise a flag,
+// which the finishing block waits for, adds, and lowers again, so each call leaves the flags
+// at zero as it found them.
 struct Schedule {
   int whole;     // tiles taken whole: CUTLASS's linear tile indices below this
   int blocks;    // in the grid
@@ -869,20 +874,23 @@ class Kernel : public Base {
                                            Work&& work) {
     const int first = first_tile(params);
     const int cluster = first / kBlockSize, rank = first % kBlockSize;
-    int linear = first;                      // the next whole tile
-    int unit = schedule.run_start(cluster);  // the next K step of the tail
-    const int end = schedule.run_start(cluster + 1);
+    int linear = first;  // the next whole tile
+    // The tail's K steps of this cluster's run not yet handed out: [start, end).
+    const int start = schedule.run_start(cluster);
+    int end = schedule.run_start(cluster + 1);
     // One loop, so that `work` is inlined once.
     while (true) {
       int k_begin = 0, k_end = schedule.k_tiles;
       int tile = linear;
       if (linear < schedule.whole) {
         linear += schedule.blocks;
-      } else if (unit < end) {
-        k_begin = unit % schedule.k_tiles;
-        k_end = min(schedule.k_tiles, k_begin + (end - unit));
-        tile = schedule.whole + unit / schedule.k_tiles * kBlockSize + rank;
-        unit += k_end - k_begin;
+      } else if (end > start) {  // the run's last piece first (see Schedule)
+        const int tail_tile = (end - 1) / schedule.k_tiles;
+        const int tile_start = tail_tile * schedule.k_tiles;
+        k_begin = max(start, tile_start) - tile_start;
+        k_end = end - tile_start;
+        tile = schedule.whole + tail_tile * kBlockSize + rank;
+        end = tile_start + k_begin;
       } else {
         break;
       }
@@ -1033,7 +1041,7 @@ class Kernel : public Base {
       warpgroup_fence_operand(acc);
       release_stage();
 
-      if (k_begin > 0) {  // a later piece of a split tile: its sums go to the finishing block
+      if (k_end < schedule.k_tiles) {  // not a split tile's last piece: its sums go to the last
         const int block = first_tile(params);
         float4* out = partial(block);
         CUTLASS_PRAGMA_UNROLL
@@ -1044,14 +1052,14 @@ class Kernel : public Base {
         Flags::arrive_inc(params.flags, thread, block);
         return;
       }
-      if (k_end < schedule.k_tiles) {  // the first piece of a split tile: add the others
+      if (k_begin > 0) {  // a split tile's last piece: add the others'
         const int first = first_tile(params);
         const int cluster = first / kBlockSize, rank = first % kBlockSize;
-        // The piece ends before its tile does, so its run does too: the tile's end follows.
-        const int run_end = schedule.run_start(cluster + 1);
-        const int tile_end = ceil_div(run_end, schedule.k_tiles) * schedule.k_tiles;
-        for (int other = cluster + 1;
-             other < schedule.clusters && schedule.run_start(other) < tile_end; ++other) {
+        // The piece starts its cluster's run, so the tile's first K step in the tail follows.
+        const int run_start = schedule.run_start(cluster);
+        const int tile_start = run_start - k_begin;
+        for (int other = cluster - 1; other >= 0 && schedule.run_start(other + 1) > tile_start;
+             --other) {
           if (schedule.run_start(other) == schedule.run_start(other + 1)) continue;  // no run
           const int block = other * kBlockSize + rank;
           Flags::wait_eq(params.flags, thread, block);
