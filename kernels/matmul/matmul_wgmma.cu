@@ -188,10 +188,12 @@
 //   TAIL             1 (EPILOGUE 3 only) = the tiles past the last whole wave split along K
 //                    over every cluster, in equal runs of K steps, with the sums of a tile's
 //                    later pieces added by the block that has its first (see Schedule below).
-//                    At 4096^3, 512 tiles on 132 SMs leave the last wave 88% full; split, it
-//                    costs 88% of a wave's K steps plus one tile of partial sums written and
-//                    read per block. Unlike SPLIT 1's forced split, only that wave is cut, and
-//                    each call leaves its flags at zero, so no call needs a memset.
+//                    Only that wave is cut (SPLIT 1's forced split cuts two), and each call
+//                    leaves its flags at zero, so no call needs a memset. Like SPLIT 1, its
+//                    sums and flags live in the module's workspace: calls of one module on
+//                    two streams must not run at once. It pays where the
+//                    last wave is nearly empty: 11-12% faster at 4096x2304x4096 (18% full) on
+//                    an H200, 3.4% slower at 4096^3 (88% full).
 //   SWAP_AB          1 = compute C^T = B^T A^T. B^T becomes the wgmma's first operand, read
 //                    MN-major, and A^T its second, read K-major; C is written as a column-major
 //                    C^T. The cooperative warp groups then split C's columns instead of its
@@ -678,15 +680,17 @@ using warp_group_epilogue::kRows;
 // every `blocks` further, below `whole`). The cluster tiles left over are then laid end to
 // end, K steps within each, and cut into one run of equal length per cluster, so no cluster
 // idles while others finish the last wave. A run is shorter than a tile, so it holds the end
-// of one tile, the start of the next, or both, and it takes the later tile's piece first. So
-// every cluster walks K from about 0 up, skipping a few steps, and the clusters stay within a
-// few K steps of each other: their loads share L2 as a whole wave's do. (In K order, each
-// cluster would start at its own K offset; at 4096^3 that measured 4.5% slower than no split,
-// at 4096x4096x8192 6%.) A split tile is finished by the cluster whose run holds its last K
-// step, at its run's end; every other piece comes at the start of its cluster's run (or is
-// the whole run), and its blocks write their fp32 sums to the workspace and raise a flag,
-// which the finishing block waits for, adds, and lowers again, so each call leaves the flags
-// at zero as it found them.
+// of one tile, the start of the next, or both, and it takes the later tile's piece first: every
+// cluster walks K from about 0 up, skipping a few steps, so the clusters stay within a few K
+// steps of each other, as the tiles of a whole wave do (in K order each would start at its own
+// offset). A split tile is finished by the cluster whose run holds its last K step, at its
+// run's end; every other piece comes at the start of its cluster's run (or is the whole run),
+// and its blocks write their fp32 sums to the workspace and raise a flag, which the finishing
+// block waits for, adds, and lowers again, so each call leaves the flags at zero as it found
+// them. Measured on an H200 (bench/results/2026-11-30-H200-tail-split): 11-12% faster than no
+// split at 4096x2304x4096 (a last wave 18% full); 3.4% slower at 4096^3 (88% full; 4.5% in K
+// order), and in K order 6% slower at 4096x4096x8192. What makes the split's K steps slower
+// than a whole wave's there is not established.
 struct Schedule {
   int whole;     // tiles taken whole: CUTLASS's linear tile indices below this
   int blocks;    // in the grid

@@ -339,6 +339,39 @@ TEST(SearchSpace, MatmulsDeferredStoreFitsItsRegisterCopy) {
       std::string::npos);
 }
 
+// TAIL 1 splits the last, part-filled wave along K in EPILOGUE 3's loop; the busy: line then
+// counts that wave's K steps shared over the SMs. At 4096x2304x4096 the 128 x 256 tiles (32 x 9,
+// SWIZZLE 1) are 288 slots: 3 waves of 64 K steps whole (192), ceil(288 * 64 / 132) = 140
+// shared. With one wave or less there is nothing to share: 1024x1024x4096 is 32 tiles.
+TEST(SearchSpace, MatmulsTailSplitIsTheDeferredStoreLoopsAndCountsSharedSteps) {
+  const KernelFile f = matmul_wgmma();
+  const Bindings context = hopper_at_4096_cubed();
+  ParamValues point = {{"TILE_M", 128}, {"TILE_N", 256}, {"STAGES", 4}, {"TAIL", 1}};
+  EXPECT_NE(bf16_violation(f, context, point).find("TAIL == 0 || EPILOGUE == 3"),
+            std::string::npos);
+  point["EPILOGUE"] = 3;
+  EXPECT_EQ(bf16_violation(f, context, point), "");
+
+  const auto busy = [&](int tail, const Sizes& sizes) {
+    ParamValues at = point;
+    at["TAIL"] = tail;
+    at["SWIZZLE"] = 1;
+    Bindings all = context_for(test::hopper_device(), sizes);
+    for (const auto& [name, value] : f.with_derived(f.resolve_params(DType::bf16, at), all))
+      all[name] = value;
+    for (const DerivedValue& let : f.busy_lets)
+      all[let.name] = let.expression.evaluate(all);
+    return f.busy.at(0).evaluate(all);
+  };
+  const Sizes part_filled = {{"M", 4096}, {"N", 2304}, {"K", 4096}};
+  const int64_t step = int64_t(128) * 256 * 64;  // one K step of one tile
+  EXPECT_EQ(busy(0, part_filled), 192 * step);
+  EXPECT_EQ(busy(1, part_filled), 140 * step);
+  const Sizes one_wave = {{"M", 1024}, {"N", 1024}, {"K", 4096}};
+  EXPECT_EQ(busy(1, one_wave), busy(0, one_wave));
+  EXPECT_EQ(busy(0, one_wave), 64 * step);
+}
+
 // MMA_ORDER 1 splits CUTLASS's tile into two wgmma atoms along its N, each of which must hold
 // whole shared-memory atoms of B (64 elements wide): CUTLASS's TILE_N a multiple of 128. Tiles
 // 160-224 wide (the LLM projections' rows) and 64 keep CUTLASS's order; swapped, CUTLASS's N is
