@@ -187,7 +187,7 @@
 //   SPLIT            0 = persistent data-parallel scheduler, 1 = stream-K scheduler.
 //   TAIL             1 (EPILOGUE 3 only) = the tiles past the last whole wave split along K
 //                    over every cluster, in equal runs of K steps, with the sums of a tile's
-//                    later pieces added by the block that has its first (see Schedule below).
+//                    other pieces added by the block that has its last (see Schedule below).
 //                    Only that wave is cut (SPLIT 1's forced split cuts two), and each call
 //                    leaves its flags at zero, so no call needs a memset. Like SPLIT 1, its
 //                    sums and flags live in the module's workspace: calls of one module on
@@ -1015,8 +1015,9 @@ class Kernel : public Base {
     };
     static_assert(size(decltype(acc){}) % 4 == 0, "whole float4s");
     constexpr int kQuads = size(decltype(acc){}) / 4;
-    constexpr int kBatch = 8;
-    static_assert(kQuads % kBatch == 0, "whole batches");
+    // Loads in flight at a time while a split tile's sums are added: up to 8, a divisor of
+    // kQuads (TILE_N 160, 176 and 224 give 20, 22 and 28).
+    constexpr int kBatch = kQuads % 8 == 0 ? 8 : (kQuads % 4 == 0 ? 4 : (kQuads % 2 == 0 ? 2 : 1));
 
     for_each_work(params, schedule, [&](auto const& work, int k_begin, int k_end) {
       // At least 1: kforge_run never sends K == 0 here (C is zeroed instead), so every piece's
