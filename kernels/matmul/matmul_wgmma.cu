@@ -1067,6 +1067,8 @@ class Kernel : public Base {
              --other) {
           if (schedule.run_start(other) == schedule.run_start(other + 1)) continue;  // no run
           const int block = other * kBlockSize + rank;
+          // Not CUTLASS's wait_eq_reset: its compare-and-swap is relaxed, and the sums must
+          // be read after an acquire of the flag.
           Flags::wait_eq(params.flags, thread, block);
           if (thread == 0) params.flags[block] = 0;  // for the next call
           const float4* in = partial(block);

@@ -409,12 +409,6 @@ std::string busy_lines_problem(const KernelFile& file, const OpSpec& op) {
   return "";
 }
 
-namespace {
-
-// The file's `busy:` value for the variant `params` (tunables as a table row names them) at
-// `sizes`, its lines summed; nothing when the file has no such line or the sum is not positive.
-// The lines name only what busy_lines_problem allows (library_choice checks), so every name is
-// bound here.
 std::optional<double> busy_at(const KernelFile& file, const ParamValues& params, const Sizes& sizes,
                               DType dtype, const DeviceInfo& device) {
   if (file.busy.empty()) return std::nullopt;
@@ -433,8 +427,6 @@ std::optional<double> busy_at(const KernelFile& file, const ParamValues& params,
   if (busy <= 0) return std::nullopt;
   return busy;
 }
-
-}  // namespace
 
 fs::path device_starter(const OpSpec& op, DType dtype, const DeviceInfo& device) {
   const bool cuda = device.backend == "cuda";

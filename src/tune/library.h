@@ -170,6 +170,13 @@ std::filesystem::path device_starter(const OpSpec& op, DType dtype, const Device
 // library would quietly take the nearest row). library_choice throws Error on it.
 std::string busy_lines_problem(const KernelFile& file, const OpSpec& op);
 
+// The file's `busy:` value for the variant `params` (tunables as a table row names them) at
+// `sizes` on `device`, its lines summed; nothing when the file has no such line, a line names
+// something unbound, or the sum is not positive. library_choice checks the lines first with
+// busy_lines_problem.
+std::optional<double> busy_at(const KernelFile& file, const ParamValues& params, const Sizes& sizes,
+                              DType dtype, const DeviceInfo& device);
+
 // The library's variant for `sizes` in `dtype` on `device`.
 LibraryChoice library_choice(const OpSpec& op, const Sizes& sizes, DType dtype,
                              const DeviceInfo& device);

@@ -22,6 +22,7 @@
 #include "device/launch_limits.h"
 #include "ops/op_spec.h"
 #include "test_support.h"
+#include "tune/library.h"
 #include "tune/occupancy.h"
 #include "tune/results_db.h"
 #include "tune/strategy.h"
@@ -356,15 +357,10 @@ TEST(SearchSpace, MatmulsTailSplitIsTheDeferredStoreLoopsAndCountsSharedSteps) {
     ParamValues at = point;
     at["TAIL"] = tail;
     at["SWIZZLE"] = 1;
-    Bindings all = context_for(test::hopper_device(), sizes);
-    for (const auto& [name, value] : f.with_derived(f.resolve_params(DType::bf16, at), all))
-      all[name] = value;
-    for (const DerivedValue& let : f.busy_lets)
-      all[let.name] = let.expression.evaluate(all);
-    return f.busy.at(0).evaluate(all);
+    return busy_at(f, at, sizes, DType::bf16, test::hopper_device()).value_or(-1);
   };
   const Sizes part_filled = {{"M", 4096}, {"N", 2304}, {"K", 4096}};
-  const int64_t step = int64_t(128) * 256 * 64;  // one K step of one tile
+  const double step = 128.0 * 256 * 64;  // one K step of one tile
   EXPECT_EQ(busy(0, part_filled), 192 * step);
   EXPECT_EQ(busy(1, part_filled), 140 * step);
   const Sizes one_wave = {{"M", 1024}, {"N", 1024}, {"K", 4096}};
