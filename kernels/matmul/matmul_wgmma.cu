@@ -731,9 +731,33 @@ class Kernel : public Base {
                 "one block's registers");
   static constexpr int kBlockSize = size(ClusterShape{});
   static constexpr size_t kTileFloats = size_t(size<0>(TileShape{})) * size<1>(TileShape{});
-  // The consumers' barrier around a partial sum's flag (a CUTLASS id reserved for stream-K).
-  using Flags = cutlass::GenericBarrier<cutlass::detail::NamedBarrierSync<
-      kConsumerThreads, int(cutlass::arch::ReservedNamedBarriers::StreamkBarrier0)>>;
+  // TAIL 1's flags, one per block: raised (a release) once the block's partial sums are written,
+  // awaited (an acquire) and lowered by the block that adds them. As CUTLASS's GenericBarrier
+  // does it (its loads and reductions, a named barrier of the consumers with an id reserved for
+  // stream-K), but every branch is the same for all lanes of a warp: GenericBarrier's branch on
+  // one thread makes ptxas treat the K loop's state as divergent, so it moves every wgmma's
+  // descriptors through R2UR, with a WARPSYNC before each K step's wgmmas.
+  using ConsumerBarrier =
+      cutlass::detail::NamedBarrierSync<kConsumerThreads,
+                                        int(cutlass::arch::ReservedNamedBarriers::StreamkBarrier0)>;
+  struct Flags : cutlass::GenericBarrier<ConsumerBarrier> {
+    // `warp`: the consumer warp (0-7), the same in all its lanes.
+    CUTLASS_DEVICE static void raise(int* flag, int warp) {
+      ConsumerBarrier::sync();  // every consumer's sums are written
+      // All of warp 0's lanes, lane 0 adding 1 and the others 0: a branch on elect_one_sync
+      // is one on a lane too.
+      if (warp == 0) red_release(flag, cutlass::canonical_lane_idx() == 0 ? 1 : 0);
+    }
+    CUTLASS_DEVICE static void await_and_lower(int* flag, int warp) {
+      if (warp == 0) {
+        // Every lane loads the flag (one request) and lane 0's value decides for all.
+        while (__shfl_sync(0xffffffff, ld_acquire(flag), 0) != 1) {
+        }
+        *flag = 0;  // for the next call
+      }
+      ConsumerBarrier::sync();  // the other consumers read the sums after the acquire
+    }
+  };
 
   // CUTLASS's parameters, and (TAIL 1) the workspace's flags, one per block, and partial sums,
   // one tile per block, after CUTLASS's own part of it.
@@ -948,6 +972,7 @@ class Kernel : public Base {
                             typename Mainloop::SmemLayoutB{});  // (N, K, stage)
     TiledMma tiled_mma;
     const int group = __shfl_sync(0xffffffff, thread / cutlass::NumThreadsPerWarpGroup, 0);
+    const int warp = __shfl_sync(0xffffffff, thread / cutlass::NumThreadsPerWarp, 0);
     auto thread_mma = tiled_mma.get_slice(group * cutlass::NumThreadsPerWarpGroup);
     Tensor a = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA, atoms, K, stage)
     Tensor b = thread_mma.make_fragment_B(thread_mma.partition_B(sB));  // (MMA, 1, K, stage)
@@ -1054,7 +1079,7 @@ class Kernel : public Base {
           __stcg(out + q * kConsumerThreads,
                  make_float4(acc(4 * q), acc(4 * q + 1), acc(4 * q + 2), acc(4 * q + 3)));
         }
-        Flags::arrive_inc(params.flags, thread, block);
+        Flags::raise(params.flags + block, warp);
         return;
       }
       if (k_begin > 0) {  // a split tile's last piece: add the others'
@@ -1067,10 +1092,7 @@ class Kernel : public Base {
              --other) {
           if (schedule.run_start(other) == schedule.run_start(other + 1)) continue;  // no run
           const int block = other * kBlockSize + rank;
-          // Not CUTLASS's wait_eq_reset: its compare-and-swap is relaxed, and the sums must
-          // be read after an acquire of the flag.
-          Flags::wait_eq(params.flags, thread, block);
-          if (thread == 0) params.flags[block] = 0;  // for the next call
+          Flags::await_and_lower(params.flags + block, warp);
           const float4* in = partial(block);
           // kBatch loads in flight at a time: all of them at once would need another
           // accumulator's worth of registers.
