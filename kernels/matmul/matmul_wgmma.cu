@@ -687,10 +687,10 @@ using warp_group_epilogue::kRows;
 // run's end; every other piece comes at the start of its cluster's run (or is the whole run),
 // and its blocks write their fp32 sums to the workspace and raise a flag, which the finishing
 // block waits for, adds, and lowers again, so each call leaves the flags at zero as it found
-// them. Measured on an H200 (bench/results/2026-11-30-H200-tail-split): 11-12% faster than no
-// split at 4096x2304x4096 (a last wave 18% full); 3.4% slower at 4096^3 (88% full; 4.5% in K
-// order), and in K order 6% slower at 4096x4096x8192. What makes the split's K steps slower
-// than a whole wave's there is not established.
+// them. Measured on an H200 against no split (bench/results/2026-11-30-H200-uniform-tail):
+// 13.4% faster at 4096x2304x4096 (a last wave 18% full), 0.4% at 4096x32000x2048 (30% full),
+// as fast at 4096x4096x8192 and 2.6% slower at 4096^3 (both 88% full). There the split saves 8
+// of 256 K steps per SM and its partial sums cost more, about 10 us per call at either K.
 struct Schedule {
   int whole;     // tiles taken whole: CUTLASS's linear tile indices below this
   int blocks;    // in the grid

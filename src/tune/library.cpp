@@ -93,23 +93,58 @@ const nlohmann::json* row_checks(const nlohmann::json& row) {
   return checks != row.end() && checks->is_object() ? &*checks : nullptr;
 }
 
+// A row's params as values; nullopt when one is not an integer.
+std::optional<ParamValues> param_values(const nlohmann::json& params) {
+  if (!params.is_object()) return std::nullopt;
+  ParamValues values;
+  for (const auto& [name, value] : params.items()) {
+    if (!value.is_number_integer()) return std::nullopt;
+    values[name] = value.get<long long>();
+  }
+  return values;
+}
+
+// Whether `row` and `old` (rows of `op`'s table running the same file) name the same variant in
+// `dtype` of the code with hash `text`: their params are equal as written, or once the defaults
+// of the op's library file fill in what either leaves out (a row written before a tunable existed
+// does not name it). Only a library file of that very text may supply the defaults.
+bool same_variant(const std::string& op, const nlohmann::json& row, const nlohmann::json& old,
+                  DType dtype, const std::string& text) {
+  const nlohmann::json params = row.value("params", nlohmann::json());
+  const nlohmann::json old_params = old.value("params", nlohmann::json());
+  if (params == old_params) return true;
+  const auto values = param_values(params), old_values = param_values(old_params);
+  const fs::path path = library_kernels_dir() / op / row.value("file", std::string());
+  if (!values || !old_values || !fs::is_regular_file(path)) return false;
+  try {
+    const KernelFile file = KernelFile::load(path);
+    return file.text_hash == text &&
+           file.resolve_params(dtype, *values) == file.resolve_params(dtype, *old_values);
+  } catch (const Error&) {
+    return false;  // a name the file does not have, or a file that no longer loads
+  }
+}
+
 // `row` with the checks of `old` (the row it replaces) that cover the same variant and file text
 // and that `row` does not have itself. In the table's dtype (`table_dtype`) the row's own final
 // check is the newer word, so an older check there is not kept.
-nlohmann::json with_checks_kept(const nlohmann::json& row, const nlohmann::json& old,
-                                DType table_dtype) {
+nlohmann::json with_checks_kept(const std::string& op, const nlohmann::json& row,
+                                const nlohmann::json& old, DType table_dtype) {
   const std::string text = row_source_hash(row);
   const nlohmann::json* old_checks = row_checks(old);
   if (text.empty() || !old_checks ||
-      row.value("file", nlohmann::json()) != old.value("file", nlohmann::json()) ||
-      row.value("params", nlohmann::json()) != old.value("params", nlohmann::json())) {
+      row.value("file", nlohmann::json()) != old.value("file", nlohmann::json())) {
     return row;
   }
   nlohmann::json kept = row;
-  for (const auto& [dtype, check] : old_checks->items()) {
-    if (check_source_hash(check) != text || dtype == dtype_name(table_dtype)) continue;
+  for (const auto& [name, check] : old_checks->items()) {
+    const std::optional<DType> dtype = parse_dtype(name);
+    if (check_source_hash(check) != text || name == dtype_name(table_dtype) || !dtype ||
+        !same_variant(op, row, old, *dtype, text)) {
+      continue;
+    }
     const nlohmann::json* own = row_checks(kept);
-    if (!own || !own->contains(dtype)) kept["checks"][dtype] = check;
+    if (!own || !own->contains(name)) kept["checks"][name] = check;
   }
   return kept;
 }
@@ -148,7 +183,7 @@ nlohmann::json write_tuned_table(const fs::path& path, const OpSpec& op, DType d
   };
   for (nlohmann::json row : rows) {
     if (const auto old = at_shape(old_rows, row); old != old_rows.end())
-      row = with_checks_kept(row, *old, dtype);
+      row = with_checks_kept(std::string(op.name()), row, *old, dtype);
     const auto same = at_shape(written, row);
     if (same != written.end()) {
       *same = row;

@@ -941,6 +941,29 @@ TEST_F(LibraryChoiceTest, ARewrittenRowKeepsTheChecksOfItsOwnText) {
   other["params"] = {{"UNROLL", 4}};
   EXPECT_FALSE(rewrite(other).contains("checks"));
 
+  // A row written before a tunable existed does not name it: it is the same variant as a row
+  // that names the default, where the library file of that very text supplies the default.
+  const KernelFile file = KernelFile::load(kernel("rmsnorm_cpu.cpp"));
+  const long long unroll = file.resolve_params(DType::f16).at("UNROLL");
+  old_row["params"] = json::object();
+  old_row["checks"] = {
+      {"f16", {{"result", "PASS (five stages)"}, {"source_hash", file.text_hash}}}};
+  json named = table_row(4096, 4096, "rmsnorm_cpu.cpp", {{"UNROLL", unroll}}, 117.0);
+  named["variant_key"] = file.text_hash + "|UNROLL=" + std::to_string(unroll) + "|f32|cpu|";
+  EXPECT_EQ(rewrite(named).value("checks", json()),
+            (json{{"f16", old_row.at("checks").at("f16")}}));
+  json not_default = named;
+  not_default["params"] = {{"UNROLL", unroll == 8 ? 4 : 8}};
+  EXPECT_FALSE(rewrite(not_default).contains("checks"));
+  json unknown = named;  // a name the file does not have
+  unknown["params"] = {{"UNROLL", unroll}, {"NO_SUCH", 1}};
+  EXPECT_FALSE(rewrite(unknown).contains("checks"));
+  // Another text's defaults are not the file's present ones.
+  old_row["checks"]["f16"]["source_hash"] = "text-a";
+  named["variant_key"] = "text-a|UNROLL=" + std::to_string(unroll) + "|f32|cpu|";
+  EXPECT_FALSE(rewrite(named).contains("checks"));
+  old_row["params"] = {{"UNROLL", 8}};
+
   // Malformed checks are no checks, not an error.
   old_row["checks"] = {{"f16", "PASS"}, {"bf16", {{"source_hash", 7}}}};
   EXPECT_FALSE(rewrite(same).contains("checks"));
