@@ -191,9 +191,8 @@
 //                    Only that wave is cut (SPLIT 1's forced split cuts two), and each call
 //                    leaves its flags at zero, so no call needs a memset. Like SPLIT 1, its
 //                    sums and flags live in the module's workspace: calls of one module on
-//                    two streams must not run at once. It pays where the
-//                    last wave is nearly empty: 11-12% faster at 4096x2304x4096 (18% full) on
-//                    an H200, 3.4% slower at 4096^3 (88% full).
+//                    two streams must not run at once. It pays where the last wave is nearly
+//                    empty, not at 4096^3 (measured: see Schedule below).
 //   SWAP_AB          1 = compute C^T = B^T A^T. B^T becomes the wgmma's first operand, read
 //                    MN-major, and A^T its second, read K-major; C is written as a column-major
 //                    C^T. The cooperative warp groups then split C's columns instead of its

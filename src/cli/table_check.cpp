@@ -94,11 +94,13 @@ int check_table_variants(const std::filesystem::path& table_path, const std::vec
       throw UsageError(fmt::format("{}: no library file {}", table_path.string(), name));
     return file;
   };
-  const auto params_of = [](const nlohmann::json& params_json) {
-    ParamValues params;
-    for (const auto& [param, value] : params_json.items())
-      params[param] = value.get<long long>();
-    return params;
+  const auto params_of = [&](const nlohmann::json& params_json) {
+    const std::optional<ParamValues> params = param_values(params_json);
+    if (!params) {
+      throw UsageError(fmt::format("{}: a row's params are not names and integers: {}",
+                                   table_path.string(), params_json.dump()));
+    }
+    return *params;
   };
   const auto rows_of = [&](const std::string& name, const nlohmann::json& params_json) {
     return [&, name, params_json](const nlohmann::json& row) {

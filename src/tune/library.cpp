@@ -78,6 +78,16 @@ nlohmann::json read_tuned_table(const fs::path& path) {
   }
 }
 
+std::optional<ParamValues> param_values(const nlohmann::json& params) {
+  if (!params.is_object()) return std::nullopt;
+  ParamValues values;
+  for (const auto& [name, value] : params.items()) {
+    if (!value.is_number_integer()) return std::nullopt;
+    values[name] = value.get<long long>();
+  }
+  return values;
+}
+
 namespace {
 
 // The text hash a check entry names; empty for one that names none (or is malformed).
@@ -93,35 +103,31 @@ const nlohmann::json* row_checks(const nlohmann::json& row) {
   return checks != row.end() && checks->is_object() ? &*checks : nullptr;
 }
 
-// A row's params as values; nullopt when one is not an integer.
-std::optional<ParamValues> param_values(const nlohmann::json& params) {
-  if (!params.is_object()) return std::nullopt;
-  ParamValues values;
-  for (const auto& [name, value] : params.items()) {
-    if (!value.is_number_integer()) return std::nullopt;
-    values[name] = value.get<long long>();
+// The op's library file that `row` runs, if its code is `text`: only that file's defaults may
+// fill in what a row's params leave out. nullopt when there is none or it no longer loads.
+std::optional<KernelFile> library_file_of_text(const std::string& op, const nlohmann::json& row,
+                                               const std::string& text) {
+  const fs::path path = library_kernels_dir() / op / row.value("file", std::string());
+  if (!fs::is_regular_file(path)) return std::nullopt;
+  try {
+    KernelFile file = KernelFile::load(path);
+    if (file.text_hash == text) return file;
+  } catch (const Error&) {
   }
-  return values;
+  return std::nullopt;
 }
 
-// Whether `row` and `old` (rows of `op`'s table running the same file) name the same variant in
-// `dtype` of the code with hash `text`: their params are equal as written, or once the defaults
-// of the op's library file fill in what either leaves out (a row written before a tunable existed
-// does not name it). Only a library file of that very text may supply the defaults.
-bool same_variant(const std::string& op, const nlohmann::json& row, const nlohmann::json& old,
-                  DType dtype, const std::string& text) {
-  const nlohmann::json params = row.value("params", nlohmann::json());
-  const nlohmann::json old_params = old.value("params", nlohmann::json());
-  if (params == old_params) return true;
-  const auto values = param_values(params), old_values = param_values(old_params);
-  const fs::path path = library_kernels_dir() / op / row.value("file", std::string());
-  if (!values || !old_values || !fs::is_regular_file(path)) return false;
+// Whether params `a` and `b` (as rows write them) name the same variant of `file` in `dtype`,
+// its defaults filling in what either leaves out (a row written before a tunable existed does
+// not name it).
+bool same_resolved_params(const KernelFile& file, const nlohmann::json& a, const nlohmann::json& b,
+                          DType dtype) {
+  const auto a_values = param_values(a), b_values = param_values(b);
+  if (!a_values || !b_values) return false;
   try {
-    const KernelFile file = KernelFile::load(path);
-    return file.text_hash == text &&
-           file.resolve_params(dtype, *values) == file.resolve_params(dtype, *old_values);
+    return file.resolve_params(dtype, *a_values) == file.resolve_params(dtype, *b_values);
   } catch (const Error&) {
-    return false;  // a name the file does not have, or a file that no longer loads
+    return false;  // a name the file does not have
   }
 }
 
@@ -136,11 +142,18 @@ nlohmann::json with_checks_kept(const std::string& op, const nlohmann::json& row
       row.value("file", nlohmann::json()) != old.value("file", nlohmann::json())) {
     return row;
   }
+  const nlohmann::json params = row.value("params", nlohmann::json());
+  const nlohmann::json old_params = old.value("params", nlohmann::json());
+  // Params written differently may still name the same variant; the file is read only then.
+  const bool same_as_written = params == old_params;
+  const std::optional<KernelFile> file =
+      same_as_written ? std::nullopt : library_file_of_text(op, row, text);
+  if (!same_as_written && !file) return row;
   nlohmann::json kept = row;
   for (const auto& [name, check] : old_checks->items()) {
     const std::optional<DType> dtype = parse_dtype(name);
     if (check_source_hash(check) != text || name == dtype_name(table_dtype) || !dtype ||
-        !same_variant(op, row, old, *dtype, text)) {
+        (!same_as_written && !same_resolved_params(*file, params, old_params, *dtype))) {
       continue;
     }
     const nlohmann::json* own = row_checks(kept);

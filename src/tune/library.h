@@ -70,6 +70,9 @@ nlohmann::json write_tuned_table(const std::filesystem::path& path, const OpSpec
                                  const std::string& device, const std::string& strategy,
                                  const nlohmann::json& rows, bool merge);
 
+// A row's params (a JSON object of names and integers) as values; nullopt when they are not.
+std::optional<ParamValues> param_values(const nlohmann::json& params);
+
 // Whether a row of a table for `table_dtype` may serve `dtype`: it passed its final check in the
 // table's dtype, or it has a passing check recorded for `dtype` (kforge check --table's). Whether
 // that check was of the file's present code is row_check_in_text's question.
